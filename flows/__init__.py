@@ -1,0 +1,1 @@
+"""flows layer of dynamicrubric."""
