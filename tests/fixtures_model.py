@@ -1,0 +1,1 @@
+"""Session fixtures for the real default model and one inference engine per test session."""
