@@ -133,6 +133,26 @@ def _check_item(obj, index: int) -> RubricItem | RubricError:
     return RubricItem(crit.strip(), int(weight))
 
 
+def _is_cut_json(body: str) -> bool:
+    """True when ``body`` opens a JSON value that the text ends before closing (a generation cut by max_tokens)."""
+    if body[:1] not in "{[":
+        return False
+    depth, in_str, escaped = 0, False, False
+    for ch in body:
+        if in_str:
+            if ch == '"' and not escaped:
+                in_str = False
+            escaped = not escaped and ch == "\\"
+            continue
+        if ch == '"':
+            in_str = True
+        elif ch in "{[":
+            depth += 1
+        elif ch in "}]":
+            depth -= 1
+    return in_str or depth > 0
+
+
 def _strict(text: str) -> Rubric | RubricError:
     body = text.strip()
     if body.startswith("```"):  # tolerate a fenced block; the content must still be exact JSON
@@ -140,7 +160,7 @@ def _strict(text: str) -> Rubric | RubricError:
     try:
         data = json.loads(body)
     except json.JSONDecodeError as exc:
-        reason = ParseFailure.TRUNCATED_JSON if exc.pos >= len(body) - 1 and body[:1] in "{[" else ParseFailure.NOT_JSON
+        reason = ParseFailure.TRUNCATED_JSON if _is_cut_json(body) else ParseFailure.NOT_JSON
         return RubricError(reason, str(exc))
     items = data.get("rubrics") if isinstance(data, dict) else data if isinstance(data, list) else None
     if not isinstance(items, list):
