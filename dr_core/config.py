@@ -55,8 +55,11 @@ class EngineConfig(BaseModel):
         "float32", description="Weights dtype for vllm. float32 on CPU (bf16 is 3-8x slower there)."
     )
     max_model_len: int = Field(4096, ge=256, description="Longest prompt + completion in tokens (vllm).")
-    kv_cache_gib: float = Field(
-        2.0, gt=0, description="KV-cache size in GiB; on CPU it sets VLLM_CPU_KVCACHE_SPACE (vllm)."
+    kv_cache_gib: int | None = Field(
+        None,
+        ge=1,
+        description="KV-cache size in GiB (vllm). On CPU it sets VLLM_CPU_KVCACHE_SPACE (None: 2). On CUDA None "
+        "lets gpu_memory_utilization size it; a number fixes it (kv_cache_memory_bytes).",
     )
     gpu_memory_utilization: float = Field(
         0.85, gt=0, le=1, description="Fraction of GPU memory vLLM may take (CUDA build only)."

