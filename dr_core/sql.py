@@ -1,0 +1,143 @@
+"""Named DuckDB queries from the top-level ``sql/`` directory, and read-only ad-hoc SQL.
+
+Each ``sql/<name>.sql`` holds one statement. Its header comment gives purpose and grain, then one line per bound
+parameter::
+
+    -- param run_id VARCHAR = NULL: only this run (NULL: every run)
+    -- param prompt_id VARCHAR: the prompt (no default: required)
+
+Parameters are bound (``$run_id``), never formatted into the text. Types: VARCHAR, INTEGER, DOUBLE, BOOLEAN.
+
+    python -c "from dr_core import sql; print(sql.names())"
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+
+from dr_core.paths import SQL_DIR
+
+_PARAM = re.compile(r"^--\s*param\s+(\w+)\s+(\w+)(?:\s*=\s*([^:]+?))?\s*:\s*(.*)$")
+_CONVERT = {
+    "VARCHAR": str,
+    "INTEGER": int,
+    "DOUBLE": float,
+    "BOOLEAN": lambda s: {"true": True, "false": False, "1": True, "0": False}[s.strip().lower()],
+}
+
+#: Statement types ``run_read_only`` lets through: they read, never write.
+READ_ONLY_TYPES = frozenset({duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN})
+
+
+class QueryError(ValueError):
+    """A query name, parameter or statement the caller must fix (the message says how)."""
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    type: str
+    default: object
+    required: bool
+    doc: str
+
+
+@dataclass(frozen=True)
+class Query:
+    """One ``sql/<name>.sql``: its text, header (purpose and grain) and declared parameters."""
+
+    name: str
+    text: str
+    header: str
+    params: dict[str, Param]
+
+    def bind(self, raw: dict[str, object] | None = None) -> dict[str, object]:
+        """Values for every declared parameter: ``raw`` (strings from a command line are converted to the declared
+        type; 'null' gives NULL) over the defaults. QueryError for an unknown, missing or badly typed one."""
+        raw = dict(raw or {})
+        unknown = sorted(set(raw) - set(self.params))
+        if unknown:
+            raise QueryError(f"{self.name}: unknown parameter(s) {unknown}; it takes {self._signature()}")
+        values = {}
+        for p in self.params.values():
+            if p.name in raw:
+                values[p.name] = _convert(self.name, p.name, p.type, raw[p.name])
+            elif p.required:
+                raise QueryError(f"{self.name}: parameter {p.name!r} is required ({p.doc}); pass --param {p.name}=...")
+            else:
+                values[p.name] = p.default
+        return values
+
+    def _signature(self) -> str:
+        return ", ".join(f"{p.name} {p.type}" + ("" if p.required else f" = {'NULL' if p.default is None else p.default}") for p in self.params.values())
+
+
+def _convert(query: str, pname: str, ptype: str, value: object) -> object:
+    if not isinstance(value, str):
+        return value
+    if value.strip().lower() == "null":
+        return None
+    try:
+        return _CONVERT[ptype](value)
+    except (ValueError, KeyError):
+        raise QueryError(f"{query}: parameter {pname!r} expects {ptype}, got {value!r}") from None
+
+
+def names(sql_dir: Path = SQL_DIR) -> list[str]:
+    """The names of the queries in ``sql_dir`` (file stems), sorted."""
+    return sorted(p.stem for p in sql_dir.glob("*.sql"))
+
+
+def load(name: str, sql_dir: Path = SQL_DIR) -> Query:
+    """Parse ``sql_dir/<name>.sql``. QueryError listing the known names when there is no such file."""
+    path = sql_dir / f"{name}.sql"
+    if not re.fullmatch(r"\w+", name) or not path.exists():
+        raise QueryError(f"no query named {name!r}; known: {', '.join(names(sql_dir)) or '(none)'}")
+    text = path.read_text(encoding="utf-8")
+    header_lines, params = [], {}
+    for line in text.splitlines():
+        if not line.startswith("--"):
+            break
+        if m := _PARAM.match(line):
+            pname, ptype, default, doc = m.groups()
+            ptype = ptype.upper()
+            if ptype not in _CONVERT:
+                raise QueryError(f"{path}: parameter {pname} has unsupported type {ptype}")
+            required = default is None
+            value = None if required else _convert(name, pname, ptype, default)
+            params[pname] = Param(pname, ptype, value, required, doc)
+        else:
+            header_lines.append(line[2:].strip())
+    return Query(name, text, "\n".join(header_lines), params)
+
+
+def run(con: duckdb.DuckDBPyConnection, name: str, params: dict[str, object] | None = None,
+        sql_dir: Path = SQL_DIR) -> pa.Table:
+    """Run the named query on ``con`` (views named after the tables, e.g. from ``Store.connect()``) with bound
+    ``params`` (declared defaults fill the rest). Returns the result rows as a pyarrow Table."""
+    query = load(name, sql_dir)
+    values = query.bind(params)
+    return con.sql(query.text, params=values or None).to_arrow_table()
+
+
+def run_read_only(con: duckdb.DuckDBPyConnection, text: str) -> pa.Table:
+    """Run one ad-hoc statement if DuckDB's parser says it only reads (SELECT, EXPLAIN); QueryError otherwise, before
+    anything runs. Parsing, not a regex, decides: ``WITH ... SELECT``, ``FROM t`` and ``DESCRIBE t`` are reads;
+    ``COPY``, ``CREATE``, ``INSERT``, ``ATTACH``, ``SET``, ``PRAGMA``, ``CALL`` are refused."""
+    try:
+        statements = con.extract_statements(text)
+    except duckdb.Error as exc:
+        raise QueryError(f"cannot parse the SQL: {exc}") from None
+    if len(statements) != 1:
+        raise QueryError(f"expected exactly one SQL statement, got {len(statements)}")
+    kind = statements[0].type
+    if kind not in READ_ONLY_TYPES:
+        raise QueryError(f"refused: `dr sql` is read-only and this is a {kind.name} statement; only SELECT (incl. "
+                         "WITH/FROM/DESCRIBE/SUMMARIZE) and EXPLAIN may run. Artifacts are written by the pipeline "
+                         "and `dr ingest`.")
+    return con.sql(text).to_arrow_table()
