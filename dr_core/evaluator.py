@@ -1,0 +1,295 @@
+"""The DynamicRubric evaluator on a real model, batch first: generate rubrics for many sets, verify every
+(prompt, response, criterion) check in one batched engine call, score with Eq. 12 / 13 / 15.
+
+Pure apart from the engine calls: no printing, no files, no CLI. The CLI (``dr score``, ``dr eval-evaluator``),
+the Prefect tasks and the GRPO reward functions all call these.
+
+- ``generate_rubrics(engine, items, seeds)``: one rubric per (item, seed). In dynamic mode the generator sees the
+  item's candidates in an order shuffled by ``random.Random(f"{seed}:{item_index}")`` (the permutation is kept);
+  in static mode (RaR baseline) it sees the prompt only.
+- ``verify(engine, checks)``: yes/no verdicts by structured choice; a verdict that is not a clean yes/no, or was
+  cut, or whose prompt did not fit, is ``UNSCORABLE`` (None), never 0. Identical checks are sent once and checks
+  of one response are sent next to each other so the prefix cache serves them.
+- ``score_rubrics`` / ``evaluate_sets``: verdict matrices on the candidates (and on an optional ranked anchor
+  list), Eq. 12 scores, R_disc (Eq. 13), R_anchor (Eq. 15), and what could not be scored.
+
+    python -c "from dr_core.evaluator import evaluate_sets, EvalItem; help(evaluate_sets)"
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Literal, Sequence
+
+from dr_core import prompts
+from dr_core.engines.base import Completion, Engine
+from dr_core.rubric import UNSCORABLE, Rubric, RubricError, parse_rubric
+from dr_core.scoring import anchor_reward, discriminability_reward, rubric_scores
+
+Mode = Literal["dynamic", "static"]
+#: finish reasons of a complete generation (vLLM says "stop" for EOS and stop strings)
+_DONE = {"stop"}
+
+
+@dataclass(frozen=True)
+class EvalItem:
+    """One set to evaluate: the conditioning candidates C the generator sees (and that are scored), plus an
+    optional ranked anchor list (best first) that the same rubric is applied to but the generator never sees."""
+
+    prompt: str
+    candidates: tuple[str, ...]
+    anchors: tuple[str, ...] | None = None
+
+
+@dataclass
+class StageStats:
+    """Cost of one stage: conversations sent, tokens, prefix-cache hits (when the engine reports them), seconds."""
+
+    requests: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    seconds: float = 0.0
+
+    def add(self, completions: Sequence[Completion], seconds: float) -> None:
+        self.requests += len(completions)
+        self.prompt_tokens += sum(c.prompt_tokens for c in completions)
+        self.completion_tokens += sum(sum(c.completion_tokens) for c in completions)
+        self.cached_tokens += sum(c.cached_tokens or 0 for c in completions)
+        self.seconds += seconds
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class GeneratedRubric:
+    """One generator output. ``permutation[k]`` is the original index of the candidate shown k-th (label k+1);
+    empty in static mode. ``rubric`` is None (unscorable) when the output was cut or did not parse; ``error``
+    says why."""
+
+    item: int
+    seed: int
+    permutation: tuple[int, ...]
+    text: str
+    finish_reason: str
+    rubric: Rubric | None
+    error: str | None
+    prompt_tokens: int
+    completion_tokens: int
+
+
+@dataclass(frozen=True)
+class Check:
+    """One verification: does ``response`` to ``prompt`` meet ``criterion``?"""
+
+    prompt: str
+    response: str
+    criterion: str
+
+
+@dataclass(frozen=True)
+class ScoredRubric:
+    """One rubric applied to one set.
+
+    verdicts: (N candidates, M items) of 1/0/None; scores: (N,) Eq. 12 (None where a verdict is missing);
+    r_disc: Eq. 13 over the candidates; anchor_verdicts / anchor_scores / r_anchor: the same on the anchor list
+    (None when the item has none). Everything is None when the rubric itself is unscorable. ``unscorable`` lists
+    what could not be scored, empty when everything was.
+    """
+
+    generation: GeneratedRubric
+    verdicts: list[list[int | None]] | None
+    scores: list[float | None] | None
+    r_disc: float | None
+    anchor_verdicts: list[list[int | None]] | None = None
+    anchor_scores: list[float | None] | None = None
+    r_anchor: float | None = None
+    unscorable: list[str] = field(default_factory=list)
+
+
+@dataclass
+class SetEvaluation:
+    """``results[i][s]``: the rubric of seed ``seeds[s]`` for ``items[i]``, scored. Stats per stage."""
+
+    items: list[EvalItem]
+    seeds: list[int]
+    mode: Mode
+    results: list[list[ScoredRubric]]
+    generation: StageStats
+    verification: StageStats
+
+
+def shuffled_order(n: int, seed: int, item_index: int) -> tuple[int, ...]:
+    """The order (original indices) in which the generator sees n candidates for this (seed, item)."""
+    order = list(range(n))
+    random.Random(f"{seed}:{item_index}").shuffle(order)
+    return tuple(order)
+
+
+def _parse(text: str, finish_reason: str, structured: bool) -> tuple[Rubric | None, str | None]:
+    if finish_reason not in _DONE:
+        return UNSCORABLE, f"generation_{finish_reason}"  # cut by max_tokens, or the prompt did not fit
+    parsed = parse_rubric(text, recover=not structured)
+    if isinstance(parsed, RubricError):
+        return UNSCORABLE, str(parsed.reason.value)
+    return parsed, None
+
+
+def generate_rubrics(
+    engine: Engine,
+    items: Sequence[EvalItem],
+    seeds: Sequence[int],
+    *,
+    mode: Mode = "dynamic",
+    temperature: float = 0.7,
+    max_tokens: int = 512,
+    structured: bool = True,
+) -> tuple[list[list[GeneratedRubric]], StageStats]:
+    """One rubric for every (item, seed), in one engine call. Returns ``rubrics[i][s]`` and the stage's cost.
+
+    structured: constrain output to ``prompts.GENERATOR_JSON_SCHEMA`` and parse strictly; False lets the model
+    write freely and parses with ``recover=True`` (what GRPO rollouts need).
+    """
+    if mode not in ("dynamic", "static"):
+        raise ValueError(f"mode must be 'dynamic' or 'static', got {mode!r}")
+    if not seeds:
+        raise ValueError("need at least one seed")
+    convs, keys = [], []
+    for i, item in enumerate(items):
+        for seed in seeds:
+            if mode == "dynamic":
+                perm = shuffled_order(len(item.candidates), seed, i)
+                convs.append(prompts.dynamic_generator_messages(item.prompt, [item.candidates[k] for k in perm]))
+            else:
+                perm = ()
+                convs.append(prompts.static_generator_messages(item.prompt))
+            keys.append((i, seed, perm))
+    stats = StageStats()
+    if not convs:
+        return [[] for _ in items], stats
+    start = time.perf_counter()
+    outs = engine.chat(
+        convs,
+        n=1,
+        temperature=temperature,
+        max_tokens=max_tokens,
+        json_schema=prompts.GENERATOR_JSON_SCHEMA if structured else None,
+        seed=seeds[0],
+    )
+    stats.add(outs, time.perf_counter() - start)
+    result: list[list[GeneratedRubric]] = [[] for _ in items]
+    for (i, seed, perm), out in zip(keys, outs):
+        rubric, error = _parse(out.texts[0], out.finish_reasons[0], structured)
+        result[i].append(
+            GeneratedRubric(
+                i, seed, perm, out.texts[0], out.finish_reasons[0], rubric, error, out.prompt_tokens,
+                out.completion_tokens[0],
+            )
+        )
+    return result, stats
+
+
+def parse_verdict(text: str, finish_reason: str) -> int | None:
+    """1 for a clean yes, 0 for a clean no, ``UNSCORABLE`` for anything else (cut, empty, other words)."""
+    if finish_reason not in _DONE:
+        return UNSCORABLE
+    word = text.strip().lower().rstrip(".")
+    return 1 if word == "yes" else 0 if word == "no" else UNSCORABLE
+
+
+def verify(
+    engine: Engine,
+    checks: Sequence[Check],
+    *,
+    max_tokens: int = 4,
+    structured: bool = True,
+) -> tuple[list[int | None], StageStats]:
+    """Verdicts for every check (1 yes, 0 no, None unscorable), in input order, from one engine call.
+
+    Greedy decoding. Identical checks are asked once; the rest are grouped by (prompt, response) so that checks
+    sharing a prefix are adjacent in the batch.
+    """
+    stats = StageStats()
+    unique = list(dict.fromkeys(checks))
+    unique.sort(key=lambda c: (c.prompt, c.response))
+    if not unique:
+        return [], stats
+    start = time.perf_counter()
+    outs = engine.chat(
+        [prompts.verifier_messages(c.prompt, c.response, c.criterion) for c in unique],
+        n=1,
+        temperature=0.0,
+        max_tokens=max_tokens,
+        choices=list(prompts.VERDICT_CHOICES) if structured else None,
+    )
+    stats.add(outs, time.perf_counter() - start)
+    verdict = {c: parse_verdict(o.texts[0], o.finish_reasons[0]) for c, o in zip(unique, outs)}
+    return [verdict[c] for c in checks], stats
+
+
+def _as_list(scores) -> list[float | None]:
+    return [UNSCORABLE if s is UNSCORABLE else float(s) for s in scores]
+
+
+def score_rubrics(
+    verifier: Engine, items: Sequence[EvalItem], rubrics: Sequence[Sequence[GeneratedRubric]]
+) -> tuple[list[list[ScoredRubric]], StageStats]:
+    """Verify every rubric item on every candidate (and anchor) of its set in one batched call, then score."""
+    checks: list[Check] = []
+    for item, gens in zip(items, rubrics):
+        for g in gens:
+            if g.rubric is None:
+                continue
+            for resp in item.candidates + (item.anchors or ()):
+                checks.extend(Check(item.prompt, resp, crit) for crit in g.rubric.criteria)
+    verdicts, stats = verify(verifier, checks)
+    it = iter(verdicts)
+    results: list[list[ScoredRubric]] = []
+    for item, gens in zip(items, rubrics):
+        row = []
+        for g in gens:
+            if g.rubric is None:
+                row.append(ScoredRubric(g, None, None, UNSCORABLE, unscorable=[f"rubric: {g.error}"]))
+                continue
+            m = len(g.rubric.items)
+            cand = [[next(it) for _ in range(m)] for _ in item.candidates]
+            anch = [[next(it) for _ in range(m)] for _ in item.anchors] if item.anchors else None
+            problems = []
+            missing = sum(v is UNSCORABLE for r in cand for v in r)
+            if missing:
+                problems.append(f"verdicts: {missing} of {m * len(cand)} on candidates unscorable")
+            scores = _as_list(rubric_scores(g.rubric.weights, cand))
+            r_disc = discriminability_reward(g.rubric.weights, cand)
+            a_scores = r_anchor = None
+            if anch is not None:
+                a_missing = sum(v is UNSCORABLE for r in anch for v in r)
+                if a_missing:
+                    problems.append(f"verdicts: {a_missing} of {m * len(anch)} on anchors unscorable")
+                a_scores = _as_list(rubric_scores(g.rubric.weights, anch))
+                r_anchor = anchor_reward(a_scores)
+            row.append(ScoredRubric(g, cand, scores, r_disc, anch, a_scores, r_anchor, problems))
+        results.append(row)
+    return results, stats
+
+
+def evaluate_sets(
+    generator: Engine,
+    verifier: Engine,
+    items: Sequence[EvalItem],
+    seeds: Sequence[int],
+    *,
+    mode: Mode = "dynamic",
+    temperature: float = 0.7,
+    max_tokens: int = 512,
+    structured: bool = True,
+) -> SetEvaluation:
+    """Generate one rubric per (item, seed), verify and score them all: the whole evaluator, batch first."""
+    items = list(items)
+    rubrics, gen_stats = generate_rubrics(
+        generator, items, seeds, mode=mode, temperature=temperature, max_tokens=max_tokens, structured=structured
+    )
+    results, ver_stats = score_rubrics(verifier, items, rubrics)
+    return SetEvaluation(items, list(seeds), mode, results, gen_stats, ver_stats)

@@ -1,0 +1,175 @@
+"""Every prompt the pipeline sends to a model: rubric generator (dynamic and static), frozen verifier, policy.
+
+These templates are our own. The paper's appendix K templates are not public, so the wording here is written for
+this project and sized for small models: the rubric generator answers with one short JSON object
+(``{"rubrics": [{"criterion": ..., "weight": 1..5}]}``, the shape ``dr_core.rubric.parse_rubric`` reads; its
+``recover`` mode also reads ``[w] criterion`` lines), shown by a complete example, because GRPO rollouts of a
+135M generator are not grammar-constrained and must still follow the format.
+
+Layouts that matter for cost:
+- The verifier sees the shared part first (instructions, prompt, response) and the criterion last, so the K x M
+  checks of one response share one cached prefix (vLLM prefix caching); ``verifier_messages(..., layout=
+  "criterion_first")`` is the naive layout, kept for the benchmark only (infra/benchmarks/bench_verify.py).
+- The dynamic generator sees the prompt and every candidate, labelled 1..N in the order given (the caller
+  shuffles), never the preference label. The static generator (the paper's RaR baseline) sees the prompt only.
+
+Long texts are clipped to a character budget (marked "[...]") so a prompt always fits the model's context.
+
+    python -c "from dr_core.prompts import verifier_messages as v; print(v('Q?', 'A.', 'Is it short?'))"
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Literal, Sequence
+
+from dr_core.rubric import RUBRIC_JSON_SCHEMA, WEIGHT_MAX, WEIGHT_MIN
+
+#: The rubric length the generator is asked for (the schema below enforces the upper bound).
+MIN_ITEMS, MAX_GEN_ITEMS = 2, 8
+#: Longest criterion the generator may write under grammar constraints (characters).
+MAX_GEN_CRITERION_CHARS = 200
+#: Character budgets that keep prompts inside a 4k-token context with up to 8 candidates.
+PROMPT_CHARS = 2000
+CANDIDATE_CHARS = 1200
+VERIFIED_RESPONSE_CHARS = 4000
+CLIP_MARK = " [...]"
+
+#: Generation schema: RUBRIC_JSON_SCHEMA with tighter bounds, so a constrained rubric ends well within max_tokens.
+GENERATOR_JSON_SCHEMA: dict = copy.deepcopy(RUBRIC_JSON_SCHEMA)
+GENERATOR_JSON_SCHEMA["properties"]["rubrics"]["maxItems"] = MAX_GEN_ITEMS
+GENERATOR_JSON_SCHEMA["properties"]["rubrics"]["items"]["properties"]["criterion"]["maxLength"] = (
+    MAX_GEN_CRITERION_CHARS
+)
+
+#: The verifier's only allowed answers (structured choice); the first means the criterion is met.
+VERDICT_CHOICES = ("yes", "no")
+
+RUBRIC_EXAMPLE = (
+    '{"rubrics": [\n'
+    '  {"criterion": "The response gives the correct final answer.", "weight": 5},\n'
+    '  {"criterion": "The response explains each step.", "weight": 3},\n'
+    '  {"criterion": "The response is free of irrelevant text.", "weight": 1}\n'
+    "]}"
+)
+
+GENERATOR_SYSTEM = (
+    "You write grading rubrics. A rubric is a short list of yes/no criteria, each with a weight from "
+    f"{WEIGHT_MIN} (minor) to {WEIGHT_MAX} (essential). Each criterion is checked on one response at a time, "
+    "so it must make sense on its own: never mention response numbers."
+)
+
+DYNAMIC_GENERATOR_TEMPLATE = """Here is a user prompt and {n} candidate responses to it.
+
+[PROMPT]
+{prompt}
+[END PROMPT]
+
+{candidates}
+
+Write {min_items} to {max_items} yes/no criteria that separate the better responses from the worse ones: \
+look at how the candidates differ (correctness, completeness, following the instructions, safety, clarity) \
+and write criteria that some candidates meet and others do not. Give important criteria higher weights.
+
+Answer with JSON only, in this format:
+{example}"""
+
+STATIC_GENERATOR_TEMPLATE = """Here is a user prompt.
+
+[PROMPT]
+{prompt}
+[END PROMPT]
+
+Write {min_items} to {max_items} yes/no criteria that a good response to this prompt meets \
+(correctness, completeness, following the instructions, safety, clarity). Give important criteria higher weights.
+
+Answer with JSON only, in this format:
+{example}"""
+
+CANDIDATE_TEMPLATE = "[RESPONSE {label}]\n{text}\n[END RESPONSE {label}]"
+
+VERIFIER_SYSTEM = (
+    "You check one criterion on one response. Answer yes if the response meets the criterion, otherwise no. "
+    "Answer with one word: yes or no."
+)
+
+#: The shared part: identical for every criterion checked on this (prompt, response).
+VERIFIER_PREFIX_TEMPLATE = """[PROMPT]
+{prompt}
+[END PROMPT]
+
+[RESPONSE]
+{response}
+[END RESPONSE]
+
+"""
+#: The varying part, last.
+VERIFIER_CRITERION_TEMPLATE = "Criterion: {criterion}\nDoes the response meet the criterion? Answer yes or no."
+
+POLICY_SYSTEM = "You are a helpful, honest and harmless assistant. Answer the user's request well."
+
+
+def clip(text: str, limit: int) -> str:
+    """The text cut to ``limit`` characters, marked when cut."""
+    return text if len(text) <= limit else text[: limit - len(CLIP_MARK)] + CLIP_MARK
+
+
+def candidate_label(index: int) -> str:
+    """Label of the index-th (0-based) candidate as shown to the generator: 1, 2, ..."""
+    return str(index + 1)
+
+
+def dynamic_generator_messages(prompt: str, candidates: Sequence[str]) -> list[dict]:
+    """DR-Generator input: the prompt and every candidate, labelled in the given (already shuffled) order."""
+    if not candidates:
+        raise ValueError("the dynamic generator needs at least one candidate response")
+    shown = "\n\n".join(
+        CANDIDATE_TEMPLATE.format(label=candidate_label(i), text=clip(c, CANDIDATE_CHARS))
+        for i, c in enumerate(candidates)
+    )
+    user = DYNAMIC_GENERATOR_TEMPLATE.format(
+        n=len(candidates),
+        prompt=clip(prompt, PROMPT_CHARS),
+        candidates=shown,
+        min_items=MIN_ITEMS,
+        max_items=MAX_GEN_ITEMS,
+        example=RUBRIC_EXAMPLE,
+    )
+    return [{"role": "system", "content": GENERATOR_SYSTEM}, {"role": "user", "content": user}]
+
+
+def static_generator_messages(prompt: str) -> list[dict]:
+    """Prompt-only rubric generator (RaR baseline): never sees any response."""
+    user = STATIC_GENERATOR_TEMPLATE.format(
+        prompt=clip(prompt, PROMPT_CHARS), min_items=MIN_ITEMS, max_items=MAX_GEN_ITEMS, example=RUBRIC_EXAMPLE
+    )
+    return [{"role": "system", "content": GENERATOR_SYSTEM}, {"role": "user", "content": user}]
+
+
+def verifier_messages(
+    prompt: str,
+    response: str,
+    criterion: str,
+    layout: Literal["shared_prefix_first", "criterion_first"] = "shared_prefix_first",
+) -> list[dict]:
+    """DR-Verifier input for one (prompt, response, criterion) check.
+
+    The default layout puts the criterion last so checks of one response share their prefix in the KV cache.
+    "criterion_first" is the naive layout (no shared prefix beyond the system prompt), for benchmarks.
+    """
+    shared = VERIFIER_PREFIX_TEMPLATE.format(
+        prompt=clip(prompt, PROMPT_CHARS), response=clip(response, VERIFIED_RESPONSE_CHARS)
+    )
+    varying = VERIFIER_CRITERION_TEMPLATE.format(criterion=criterion)
+    if layout == "shared_prefix_first":
+        user = shared + varying
+    elif layout == "criterion_first":
+        user = varying + "\n\n" + shared.rstrip()
+    else:
+        raise ValueError(f"unknown verifier layout {layout!r}")
+    return [{"role": "system", "content": VERIFIER_SYSTEM}, {"role": "user", "content": user}]
+
+
+def policy_messages(prompt: str) -> list[dict]:
+    """DR-Policy input: answer the user's prompt."""
+    return [{"role": "system", "content": POLICY_SYSTEM}, {"role": "user", "content": prompt}]

@@ -1,0 +1,127 @@
+"""`dr eval-evaluator`, `dr score`, `dr model prepare`: input errors stop the run before any model work (exit 2,
+the file and line named, no output file); on the real model the commands write the documented outputs."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from dr_core import eval_runs
+from dr_core.cli import app
+from dr_core.paths import bundled
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def no_model(monkeypatch):
+    """Fail the test if anything tries to start an engine."""
+
+    def boom(*a, **k):
+        raise AssertionError("model work started")
+
+    monkeypatch.setattr(eval_runs, "open_engines", boom)
+
+
+def _pairs(path, n=2, bad_line=None):
+    lines = [json.dumps({"id": f"p{i}", "prompt": "Say hi.", "chosen": "Hi there!", "rejected": "Go away."}) for i in range(n)]
+    if bad_line is not None:
+        lines.insert(bad_line - 1, '{"id": "bad", "prompt": "x", "chosen": "y"}')
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_malformed_line_stops_before_model_work(tmp_path, no_model):
+    data = _pairs(tmp_path / "pairs.jsonl", n=3, bad_line=3)
+    out = tmp_path / "metrics.json"
+    res = runner.invoke(app, ["eval-evaluator", str(data), "--format", "pairwise", "--limit", "1", "--output", str(out)])
+    assert res.exit_code == 2
+    assert "pairs.jsonl:3" in res.stderr and "rejected" in res.stderr
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["pairs.jsonl"]
+
+
+def test_score_refuses_malformed_sets(tmp_path, no_model):
+    data = tmp_path / "sets.jsonl"
+    data.write_text(json.dumps({"id": "s", "prompt": "p", "responses": ["a", 3]}) + "\n")
+    out = tmp_path / "out.jsonl"
+    res = runner.invoke(app, ["score", str(data), "--output", str(out)])
+    assert res.exit_code == 2 and "sets.jsonl:1" in res.stderr and "responses[1]" in res.stderr
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--format", "triplets"], "--format must be one of"),
+        (["--format", "pairwise", "--mode", "oracle"], "--mode must be one of"),
+        (["--format", "pairwise", "--seeds", "0"], "--seeds must be >= 1"),
+        (["--format", "pairwise", "--limit", "0"], "--limit must be >= 1"),
+    ],
+)
+def test_bad_options(tmp_path, no_model, args, message):
+    data = _pairs(tmp_path / "pairs.jsonl")
+    res = runner.invoke(app, ["eval-evaluator", str(data), "--output", str(tmp_path / "m.json"), *args])
+    assert res.exit_code == 2 and message in res.stderr
+
+
+def test_bad_engine_config(tmp_path, no_model):
+    data = _pairs(tmp_path / "pairs.jsonl")
+    cfg = tmp_path / "engines.yaml"
+    cfg.write_text("verifier:\n  kind: openai_http\n")
+    res = runner.invoke(
+        app, ["eval-evaluator", str(data), "--format", "pairwise", "--output", str(tmp_path / "m.json"), "--config", str(cfg)]
+    )
+    assert res.exit_code == 2 and "base_url" in res.stderr
+
+
+def _dr(*args, timeout=600):
+    return subprocess.run([sys.executable, "-m", "flows.cli", *args], capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_model_prepare_prints_the_checkpoint(default_model_dir):
+    res = _dr("model", "prepare")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == str(default_model_dir)
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_eval_evaluator_on_held_out_human_pairs(tmp_path, default_model_dir):
+    data = tmp_path / "hh.jsonl"
+    data.write_text("".join(bundled("eval_hh_harmless_pairs.jsonl").read_text().splitlines(True)[:2]))
+    out = tmp_path / "metrics.json"
+    res = _dr("eval-evaluator", str(data), "--format", "pairwise", "--seeds", "2", "--output", str(out))
+    assert res.returncode == 0, res.stderr[-3000:]
+    m = json.loads(out.read_text())
+    assert m["n"] == 2 and m["seeds"] == 2 and m["mode"] == "dynamic"
+    for key in ("accuracy", "ties", "unscorable"):
+        assert 0.0 <= m[key] <= 1.0
+    assert m["accuracy"] + m["ties"] <= 1.0 + 1e-9
+    costs = m["costs"]
+    assert costs["generation"]["requests"] == 4 and costs["generation"]["prompt_tokens"] > 0
+    assert costs["verification"]["seconds"] >= 0 and m["seconds"] > 0
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_score_writes_rubrics_verdicts_scores(tmp_path, default_model_dir):
+    data = tmp_path / "sets.jsonl"
+    data.write_text(
+        json.dumps({"id": "s1", "prompt": "What is the capital of France?",
+                    "responses": ["Paris.", "I think it is Lyon.", "The capital of France is Paris."]}) + "\n"
+    )
+    out = tmp_path / "scored.jsonl"
+    res = _dr("score", str(data), "--output", str(out), "--mode", "static")
+    assert res.returncode == 0, res.stderr[-3000:]
+    (rec,) = [json.loads(line) for line in out.read_text().splitlines()]
+    assert rec["id"] == "s1" and len(rec["seeds"]) == 1
+    s = rec["seeds"][0]
+    if s["rubric"] is None:  # a weak model may write an unusable rubric: then it says why
+        assert s["rubric_error"] and s["unscorable"] and s["scores"] is None
+    else:
+        assert len(s["verdicts"]) == 3 and all(len(row) == len(s["rubric"]) for row in s["verdicts"])
+        assert len(s["scores"]) == 3 and set(s) >= {"r_disc", "unscorable", "shown_order", "rubric_text"}

