@@ -214,9 +214,11 @@ class Store:
             con.register_filesystem(self.fs)
         for name in TABLES:
             if self.parts(name):
+                # union_by_name would read every file's footer before each query (slow on S3); all parts are
+                # written through conform(), so they share the schema. A schema change needs old parts rewritten.
                 glob = self.table_glob(name).replace("'", "''")
                 con.execute(
-                    f"CREATE VIEW {name} AS SELECT * FROM read_parquet('{glob}', union_by_name = true, "
+                    f"CREATE VIEW {name} AS SELECT * FROM read_parquet('{glob}', union_by_name = false, "
                     "hive_partitioning = false)"
                 )
             else:
