@@ -36,10 +36,6 @@ class RoundConfig(BaseModel):
     rubric_rollouts: int = Field(1, ge=1, description="Rubric lists the generator writes per set (seeds).")
     policy_max_tokens: int = Field(128, ge=8, description="Longest policy response, tokens. Paper: 8K.")
     generator_max_tokens: int = Field(384, ge=32, description="Longest rubric list, tokens. Paper: 8K.")
-    response_chars_in_prompt: int = Field(
-        1200, ge=100, description="Each candidate response is clipped to this many characters in the "
-        "generator's and verifier's prompts (keeps prompts within max_model_len on small models)."
-    )
     policy_temperature: float = Field(1.0, ge=0, description="Sampling temperature of the policy.")
     generator_temperature: float = Field(0.7, ge=0, description="Sampling temperature of the rubric generator.")
     eval_data: str = Field(
@@ -74,7 +70,6 @@ PRESETS: dict[str, RoundConfig] = {
         rubric_rollouts=8,
         policy_max_tokens=8192,
         generator_max_tokens=8192,
-        response_chars_in_prompt=24000,
         eval_limit=500,
         eval_seeds=5,
         engines=EnginesConfig(generator=_PAPER_ENGINE, verifier=_PAPER_ENGINE, policy=_PAPER_ENGINE),

@@ -1,0 +1,96 @@
+"""What the tasks share at run time: artifact references, the per-process engine pool, model identities, and
+where Prefect persists results and cache records (inside the artifact store).
+
+An artifact reference is a small dict ``{"uri", "sha256", "rows"}``: tasks pass these, never frames. The cache key
+of a downstream task uses the sha256, not the uri (tasks/policy.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from functools import lru_cache
+from pathlib import Path
+from urllib.parse import urlparse
+
+from dr_core.config import DEFAULT_MODEL, EngineConfig
+from dr_core.engines import Engine, make_engine
+from dr_core.store import Store
+
+_POOL: dict[EngineConfig, Engine] = {}
+_POOL_LOCK = threading.Lock()
+
+
+def write_ref(store: Store, table: str, rows, part: str, **keys) -> dict:
+    """Write one step's rows and return its reference (uri, content hash, row count)."""
+    uri = store.write(table, rows, part=part, **keys)
+    return {"uri": uri, "sha256": store.content_hash(uri), "rows": len(rows)}
+
+
+def engine_for(cfg: EngineConfig) -> Engine:
+    """One engine per distinct config per process, so a round's steps share a loaded model. On a CPU machine only
+    one in-process model is kept: asking for another closes the previous one first."""
+    with _POOL_LOCK:
+        if cfg not in _POOL:
+            if cfg.kind == "vllm":
+                for other in [c for c in _POOL if c.kind == "vllm"]:
+                    _POOL.pop(other).close()
+                if cfg.model == DEFAULT_MODEL:
+                    from dr_core.model import prepare_default_model
+
+                    prepare_default_model()
+            _POOL[cfg] = make_engine(cfg)
+        return _POOL[cfg]
+
+
+def close_engines() -> None:
+    with _POOL_LOCK:
+        while _POOL:
+            _POOL.popitem()[1].close()
+
+
+@lru_cache(maxsize=64)
+def _dir_fingerprint(path: str) -> str:
+    h = hashlib.sha256()
+    for f in sorted(Path(path).iterdir()):
+        if f.is_file() and (f.suffix in {".json", ".safetensors", ".bin", ".model", ".txt", ".jinja"}):
+            h.update(f.name.encode())
+            with f.open("rb") as fh:
+                while chunk := fh.read(1 << 22):
+                    h.update(chunk)
+    return h.hexdigest()[:16]
+
+
+def model_id(cfg: EngineConfig) -> str:
+    """A model's identity for artifacts and cache keys: the default checkpoint by the GGUF hash it came from, a
+    local checkpoint by a hash of its files, a served model by URL and name."""
+    if cfg.kind == "openai_http":
+        return f"{cfg.base_url}#{cfg.model}"
+    if cfg.model == DEFAULT_MODEL:
+        from dr_core.model import CHECKPOINT_NAME
+
+        return CHECKPOINT_NAME
+    return f"{Path(cfg.model).name}@{_dir_fingerprint(str(Path(cfg.model).expanduser().resolve()))}"
+
+
+def result_storage(store_url: str):
+    """Where Prefect keeps task results and cache records: ``<store>/_prefect/results``. A local store gets a
+    plain path; an S3 store a RemoteFileSystem block (saved, as Prefect requires; it holds no credentials: s3fs
+    reads them from the environment at run time)."""
+    store = Store.from_url(store_url)
+    if store.protocol == "file":
+        return Path(store.root) / "_prefect" / "results"
+    from prefect.filesystems import RemoteFileSystem
+
+    settings = {}
+    endpoint = getattr(store.fs, "endpoint_url", None) or (store.fs.client_kwargs or {}).get("endpoint_url")
+    if endpoint:
+        settings["client_kwargs"] = {"endpoint_url": endpoint}
+    block = RemoteFileSystem(basepath=f"s3://{store.root}/_prefect/results", settings=settings)
+    name = "dr-results-" + hashlib.sha256(block.basepath.encode()).hexdigest()[:12]
+    block.save(name, overwrite=True)
+    return RemoteFileSystem.load(name)
+
+
+def in_run(uri: str, run_id: str, round_no: int) -> bool:
+    return f"/run_id={run_id}/round={round_no}/" in urlparse(uri).path + "/"
