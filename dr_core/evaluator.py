@@ -80,6 +80,11 @@ class GeneratedRubric:
     prompt_tokens: int
     completion_tokens: int
 
+    @property
+    def dropped(self) -> int:
+        """Items seen in the output but not usable (repeated, malformed), when the rest made a rubric."""
+        return self.rubric.dropped if self.rubric is not None else 0
+
 
 @dataclass(frozen=True)
 class Check:
@@ -130,11 +135,16 @@ def shuffled_order(n: int, seed: int, item_index: int) -> tuple[int, ...]:
 
 
 def _parse(text: str, finish_reason: str, structured: bool) -> tuple[Rubric | None, str | None]:
+    """A complete generation parsed strictly; failing that, every complete item is kept (``Rubric.dropped`` counts
+    the rest: a small model under a grammar still repeats criteria). The strict reason is kept when nothing is."""
     if finish_reason not in _DONE:
         return UNSCORABLE, f"generation_{finish_reason}"  # cut by max_tokens, or the prompt did not fit
-    parsed = parse_rubric(text, recover=not structured)
+    parsed = parse_rubric(text)
     if isinstance(parsed, RubricError):
-        return UNSCORABLE, str(parsed.reason.value)
+        recovered = parse_rubric(text, recover=True)
+        if isinstance(recovered, Rubric):
+            return recovered, None
+        return UNSCORABLE, str((parsed if structured else recovered).reason.value)
     return parsed, None
 
 
@@ -150,8 +160,8 @@ def generate_rubrics(
 ) -> tuple[list[list[GeneratedRubric]], StageStats]:
     """One rubric for every (item, seed), in one engine call. Returns ``rubrics[i][s]`` and the stage's cost.
 
-    structured: constrain output to ``prompts.GENERATOR_JSON_SCHEMA`` and parse strictly; False lets the model
-    write freely and parses with ``recover=True`` (what GRPO rollouts need).
+    structured: constrain output to ``prompts.GENERATOR_JSON_SCHEMA``; False lets the model write freely (what GRPO
+    rollouts do). Either way a complete output keeps every usable item (``parse_rubric(recover=True)``).
     """
     if mode not in ("dynamic", "static"):
         raise ValueError(f"mode must be 'dynamic' or 'static', got {mode!r}")

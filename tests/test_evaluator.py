@@ -205,3 +205,11 @@ def test_atomic_write_leaves_nothing_on_failure(tmp_path):
     assert list(tmp_path.iterdir()) == []
     write_json_atomic(out, {"x": 1})
     assert json.loads(out.read_text()) == {"x": 1}
+
+
+def test_repeated_criterion_is_dropped_and_counted_not_fatal():
+    rep = json.dumps({"rubrics": [{"criterion": "mentions apple", "weight": 3}, {"criterion": "Mentions apple.", "weight": 2},
+                                  {"criterion": "mentions pear", "weight": 1}]})
+    rubrics, _ = generate_rubrics(FakeEngine(rep), ITEMS[:1], [0])
+    g = rubrics[0][0]
+    assert g.rubric.criteria == ["mentions apple", "mentions pear"] and g.dropped == 1 and g.error is None
