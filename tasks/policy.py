@@ -66,11 +66,9 @@ def content_cache_key(context, parameters: dict[str, Any]) -> str:
 
 def is_transient(exc: BaseException) -> bool:
     """True for failures worth retrying: anything that is not bad input (engine crash, OOM, network, S3)."""
-    if isinstance(exc, MemoryError):
+    if isinstance(exc, (MemoryError, ConnectionError, TimeoutError)):
         return True
-    if isinstance(exc, BAD_INPUT) and not isinstance(exc, (OSError, ConnectionError, TimeoutError)):
-        return False
-    return True
+    return not isinstance(exc, BAD_INPUT)
 
 
 def retry_on_transient(task, task_run, state) -> bool:

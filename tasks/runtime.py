@@ -18,6 +18,7 @@ from dr_core.engines import Engine, make_engine
 from dr_core.store import Store
 
 _POOL: dict[EngineConfig, Engine] = {}
+_EXTERNAL: set[EngineConfig] = set()
 _POOL_LOCK = threading.Lock()
 
 
@@ -34,7 +35,9 @@ def engine_for(cfg: EngineConfig) -> Engine:
         if cfg not in _POOL:
             if cfg.kind == "vllm":
                 for other in [c for c in _POOL if c.kind == "vllm"]:
-                    _POOL.pop(other).close()
+                    engine = _POOL.pop(other)
+                    if other not in _EXTERNAL:
+                        engine.close()
                 if cfg.model == DEFAULT_MODEL:
                     from dr_core.model import prepare_default_model
 
@@ -43,10 +46,21 @@ def engine_for(cfg: EngineConfig) -> Engine:
         return _POOL[cfg]
 
 
+def adopt_engine(cfg: EngineConfig, engine: Engine) -> None:
+    """Let the tasks use an engine the caller built (and will close) for ``cfg``: a notebook's or a test
+    session's already-loaded model."""
+    with _POOL_LOCK:
+        _POOL[cfg] = engine
+        _EXTERNAL.add(cfg)
+
+
 def close_engines() -> None:
     with _POOL_LOCK:
         while _POOL:
-            _POOL.popitem()[1].close()
+            cfg, engine = _POOL.popitem()
+            if cfg not in _EXTERNAL:
+                engine.close()
+        _EXTERNAL.clear()
 
 
 @lru_cache(maxsize=64)

@@ -1,0 +1,40 @@
+"""Session fixtures for Prefect: one test harness (a temporary local API) for in-process flow runs, and a tiny
+round config that runs on the session's vLLM engine."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def prefect_harness(tmp_path_factory):
+    from flows.settings import configure_prefect
+
+    configure_prefect()
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
+
+
+@pytest.fixture(scope="session")
+def test_engine_config(default_model_dir, vllm_engine):
+    """The session engine's config, registered with the task engine pool so flows reuse the loaded model."""
+    from dr_core.config import EngineConfig
+    from tasks.runtime import adopt_engine
+    from tests.fixtures_model import TEST_MAX_MODEL_LEN
+
+    cfg = EngineConfig(model=str(default_model_dir), max_model_len=TEST_MAX_MODEL_LEN)
+    adopt_engine(cfg, vllm_engine)
+    return cfg
+
+
+@pytest.fixture(scope="session")
+def micro_round(test_engine_config):
+    """A round small enough for CI: 2 prompts, K=2, 3 anchors, short generations, 2 eval pairs."""
+    from dr_core.config import EnginesConfig
+    from dr_core.presets import preset
+
+    eng = test_engine_config
+    return preset("tiny", n_prompts=2, k=2, n_anchor=3, eval_limit=2, policy_max_tokens=32,
+                  generator_max_tokens=200, engines=EnginesConfig(generator=eng, verifier=eng, policy=eng))
