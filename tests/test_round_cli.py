@@ -1,0 +1,107 @@
+"""`dr round` as a user runs it, in subprocesses: a run killed mid-step resumes at its first unfinished step
+without duplicate rows, and the same flow runs against a real `prefect server` when PREFECT_API_URL is set."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+SMALL = ["--set", "n_prompts=2", "--set", "k=2", "--set", "n_anchor=3", "--set", "eval_limit=2",
+         "--set", "policy_max_tokens=32", "--set", "generator_max_tokens=200"]
+
+
+def _dr_round(store: Path, run_id: str, out: Path, env=None, **popen):
+    cmd = [sys.executable, "-m", "flows.cli", "round", "--store", str(store), "--run-id", run_id, *SMALL,
+           "--json", str(out)]
+    return subprocess.Popen(cmd, env={**os.environ, **(env or {})}, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, **popen)
+
+
+@pytest.fixture(scope="module")
+def killed_then_resumed(tmp_path_factory, default_model_dir):
+    """Kill `dr round` once its sample step has finished (the rubric step has written), then run it again."""
+    tmp = tmp_path_factory.mktemp("kill")
+    store, out = tmp / "store", tmp / "result.json"
+    proc = _dr_round(store, "k", out, start_new_session=True)
+    marker = store / "rubrics" / "run_id=k" / "round=1" / "measure-rubrics.parquet"
+    deadline = time.monotonic() + 600
+    while not marker.exists():
+        assert proc.poll() is None, proc.stdout.read()
+        assert time.monotonic() < deadline, "the rubric step never wrote"
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not out.exists()  # killed before the end
+    again = _dr_round(store, "k", out)
+    log, _ = again.communicate(timeout=900)
+    assert again.returncode == 0, log
+    return store, json.loads(out.read_text())
+
+
+def test_killed_run_resumes_without_redoing_finished_steps(killed_then_resumed):
+    from dr_core.store import Store
+
+    store, result = killed_then_resumed
+    steps = result["steps"]
+    assert steps["select-inputs"]["state"] == "Cached" and steps["sample"]["state"] == "Cached"
+    assert steps["verify"]["state"] == "Completed"  # the first unfinished step ran
+    s = Store.from_url(str(store))
+    assert s.read_table("samples", run_id="k", round=1).num_rows == 4  # no duplicate rows
+    assert s.read_table("verdicts", run_id="k", round=1).num_rows == result["summary"]["verdicts"]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_same_flow_runs_against_a_real_prefect_server(killed_then_resumed, tmp_path):
+    import httpx
+
+    store, _ = killed_then_resumed
+    port = _free_port()
+    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect-home"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+           "PREFECT_API_URL": ""}
+    env.pop("PREFECT_API_URL")
+    log = open(tmp_path / "server.log", "wb")
+    server = subprocess.Popen([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port",
+                               str(port)], env=env, stdout=log, stderr=subprocess.STDOUT)
+    api = f"http://127.0.0.1:{port}/api"
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            assert server.poll() is None, (tmp_path / "server.log").read_text()[-3000:]
+            try:
+                if httpx.get(f"{api}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "prefect server not healthy in 180 s"
+            time.sleep(1)
+        out = tmp_path / "result.json"
+        proc = _dr_round(store, "k", out, env={"PREFECT_API_URL": api, "PREFECT_HOME": str(tmp_path / "client")})
+        text, _ = proc.communicate(timeout=600)
+        assert proc.returncode == 0, text
+        assert "temporary server" not in text  # it used the real server, not the embedded one
+        runs = httpx.post(f"{api}/flow_runs/filter", json={"limit": 10}, timeout=10).json()
+        assert any(r["state_type"] == "COMPLETED" for r in runs)
+        assert json.loads(out.read_text())["steps"]["sample"]["state"] == "Cached"
+    finally:
+        server.send_signal(signal.SIGTERM)
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+        log.close()
