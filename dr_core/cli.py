@@ -23,6 +23,11 @@ console = Console()
 err_console = Console(stderr=True)
 
 
+@app.callback()
+def _root() -> None:
+    """dynamicrubric: co-evolve a rubric generator and a policy (DynamicRubric), score, query and report."""
+
+
 def fail(message: str, code: int = 2) -> None:
     """Print a clear error on stderr and exit non-zero (nothing has been written)."""
     err_console.print(f"[bold red]error:[/] {message}", highlight=False)
