@@ -13,7 +13,8 @@ Layouts that matter for cost:
 - The dynamic generator sees the prompt and every candidate, labelled 1..N in the order given (the caller
   shuffles), never the preference label. The static generator (the paper's RaR baseline) sees the prompt only.
 
-Long texts are clipped to a character budget (marked "[...]") so a prompt always fits the model's context.
+Long texts are clipped to a character budget (marked "[...]"; the candidates share one total budget) so a prompt
+fits a 4k-token context with room for the rubric.
 
     python -c "from dr_core.prompts import verifier_messages as v; print(v('Q?', 'A.', 'Is it short?'))"
 """
@@ -32,6 +33,8 @@ MAX_GEN_CRITERION_CHARS = 200
 #: Character budgets that keep prompts inside a 4k-token context with up to 8 candidates.
 PROMPT_CHARS = 2000
 CANDIDATE_CHARS = 1200
+#: All candidates together: an 11-response list gets about 720 characters each (about 3k tokens of prompt in all).
+CANDIDATES_TOTAL_CHARS = 8000
 VERIFIED_RESPONSE_CHARS = 4000
 CLIP_MARK = " [...]"
 
@@ -123,9 +126,9 @@ def dynamic_generator_messages(prompt: str, candidates: Sequence[str]) -> list[d
     """DR-Generator input: the prompt and every candidate, labelled in the given (already shuffled) order."""
     if not candidates:
         raise ValueError("the dynamic generator needs at least one candidate response")
+    each = min(CANDIDATE_CHARS, CANDIDATES_TOTAL_CHARS // len(candidates))
     shown = "\n\n".join(
-        CANDIDATE_TEMPLATE.format(label=candidate_label(i), text=clip(c, CANDIDATE_CHARS))
-        for i, c in enumerate(candidates)
+        CANDIDATE_TEMPLATE.format(label=candidate_label(i), text=clip(c, each)) for i, c in enumerate(candidates)
     )
     user = DYNAMIC_GENERATOR_TEMPLATE.format(
         n=len(candidates),

@@ -63,3 +63,8 @@ def test_example_rubric_is_valid_and_schema_is_tighter_than_the_parser():
 def test_policy_messages():
     msgs = P.policy_messages("Hello")
     assert msgs[-1] == {"role": "user", "content": "Hello"}
+
+
+def test_many_candidates_share_one_budget():
+    msgs = P.dynamic_generator_messages("p", ["r" * 5000] * 11)
+    assert len(msgs[-1]["content"]) < P.CANDIDATES_TOTAL_CHARS + 11 * 40 + 1500
