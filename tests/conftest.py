@@ -8,4 +8,4 @@ os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-pytest_plugins = ["tests.fixtures_s3", "tests.fixtures_model", "tests.fixtures_prefect"]
+pytest_plugins = ["tests.fixtures_s3", "tests.fixtures_model", "tests.fixtures_prefect", "tests.fixtures_grpo"]

@@ -1,0 +1,286 @@
+"""GRPO training glue: whole-group checks, the generator's Eq. 24-25 reward, the policy's Eq. 12 reward with
+unscorable rollouts, and real (tiny) TRL training: weights move, TRL's advantages equal ours, checkpoints resume.
+
+Fakes stand in for the generator/verifier engines; the model is a tiny random Llama with the real tokenizer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import numpy as np
+import pytest
+
+from dr_core import grpo
+from dr_core.engines.base import Completion, Engine, check_request
+from dr_core.grpo import (
+    GeneratorReward,
+    GeneratorRow,
+    GroupSplitError,
+    GRPOSettings,
+    PolicyReward,
+    PolicyRow,
+    anchor_floor,
+    check_whole_groups,
+)
+from dr_core.model import COMPLETE_MARKER
+from dr_core.rubric import Rubric, RubricItem
+from dr_core.scoring import anchor_reward, combined_advantages, discriminability_reward, group_advantages, rubric_scores
+
+
+def _bit(*parts: str) -> int:
+    return hashlib.md5("\x00".join(parts).encode()).digest()[0] & 1
+
+
+class FakeEngine(Engine):
+    """Verifier: a deterministic pseudo-random yes/no per (criterion, response). Generator: ``rubric_text``."""
+
+    model_name = "fake"
+
+    def __init__(self, rubric_text: str = "", finish: str = "stop"):
+        self.rubric_text, self.finish, self.calls = rubric_text, finish, 0
+
+    def chat(self, conversations, *, n=1, temperature=0.0, max_tokens=256, json_schema=None, choices=None, seed=None):
+        check_request(n, max_tokens, json_schema, choices)
+        self.calls += 1
+        out = []
+        for conv in conversations:
+            user = conv[-1]["content"]
+            if choices:
+                crit = user.split("Criterion: ")[1].split("\n")[0]
+                resp = user.split("[RESPONSE]\n")[1].split("\n[END RESPONSE]")[0]
+                text, fin = ("yes" if _bit(crit, resp) else "no"), "stop"
+            else:
+                text, fin = self.rubric_text, self.finish
+            out.append(Completion((text,) * n, (fin,) * n, len(user), (3,) * n, 0))
+        return out
+
+
+def _rubric_json(*items) -> str:
+    return json.dumps({"rubrics": [{"criterion": c, "weight": w} for c, w in items]})
+
+
+GEN_ROWS = [
+    GeneratorRow(0, "Name a fruit.", ("apple", "a pear", "rock", "banana!"), ("apple, a red fruit", "apple", "stone")),
+    GeneratorRow(1, "Say hi.", ("hi", "hello there", "bye", "..."), ("Hello!", "hi", "no")),
+]
+
+
+# ------------------------------------------------------------------------------------------------ pure logic
+
+
+def test_check_whole_groups_accepts_consecutive_groups():
+    assert check_whole_groups([3, 3, 1, 1, 3, 3], 2) == [3, 1, 3]
+
+
+@pytest.mark.parametrize("ids", [[0, 0, 0], [0, 1, 1, 1], [0, 0, 1, 0], []])
+def test_check_whole_groups_rejects_split_or_incomplete(ids):
+    with pytest.raises(GroupSplitError, match="multiple of num_generations"):
+        check_whole_groups(ids, 2)
+
+
+def test_settings_refuse_batches_that_split_groups():
+    with pytest.raises(ValueError, match="not a multiple of num_generations"):
+        GRPOSettings(num_generations=4, per_device_train_batch_size=6)
+    GRPOSettings(num_generations=4, per_device_train_batch_size=2, gradient_accumulation_steps=2)
+
+
+def test_anchor_floor_is_the_no_separation_value():
+    assert anchor_floor(3) == pytest.approx(anchor_reward([0.7, 0.7, 0.7]))
+    assert anchor_floor(3) == pytest.approx(np.log(0.5) * (1 + 1 / 2 + 1 / 2))
+
+
+def test_generator_reward_is_eq_24_25_with_floor_for_unparseable():
+    g = 4
+    texts = [
+        _rubric_json(("mentions apple", 3), ("is short", 1)),
+        "not a rubric at all",
+        "[2] says hello\n[5] is polite",
+        _rubric_json(("uses a noun", 2)),
+    ]
+    texts += [_rubric_json(("greets", 4)), "", _rubric_json(("greets", 4), ("ends with !", 2)), "[1] x"]
+    verifier = FakeEngine()
+    records = []
+    reward = GeneratorReward(GEN_ROWS, verifier, GRPOSettings(num_generations=g, per_device_train_batch_size=g),
+                             on_rollouts=records.extend)
+    comps = [[{"role": "assistant", "content": t}] for t in texts]
+    out = reward(prompts=[None] * 8, completions=comps, completion_ids=[[1, 2]] * 8, group_id=[0] * 4 + [1] * 4)
+
+    r_disc, r_anchor = [], []
+    for i, t in enumerate(texts):
+        row = GEN_ROWS[i // g]
+        parsed = grpo.parse_rollout(t)
+        if not isinstance(parsed, Rubric):
+            r_disc.append(0.0)
+            r_anchor.append(anchor_floor(len(row.anchors)))
+            continue
+        vc = [[_bit(c, y) for c in parsed.criteria] for y in row.candidates]
+        va = [[_bit(c, y) for c in parsed.criteria] for y in row.anchors]
+        r_disc.append(discriminability_reward(parsed.weights, vc))
+        r_anchor.append(anchor_reward(list(rubric_scores(parsed.weights, va))))
+    expected = combined_advantages(r_disc, r_anchor, g, 1.0)
+    np.testing.assert_allclose(out, expected, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(out).reshape(2, g).mean(axis=1), 0.0, atol=1e-12)
+
+    assert [r["rollout"] for r in records] == [0, 1, 2, 3] * 2
+    bad = records[1]
+    assert bad["items"] is None and bad["error"] and bad["r_disc"] == 0.0 and not bad["scorable"]
+    assert bad["r_anchor"] == pytest.approx(anchor_floor(3)) and bad["verdicts_C"] is None
+    good = records[0]
+    assert good["items"] == [("mentions apple", 3), ("is short", 1)]
+    assert np.asarray(good["verdicts_C"]).shape == (4, 2) and np.asarray(good["verdicts_anchor"]).shape == (3, 2)
+    assert records[0]["advantage"] == pytest.approx(expected[0])
+    (entry,) = reward.history
+    assert entry["unparseable"] == 2 and entry["groups"] == 2 and entry["rollouts"] == 8
+    assert entry["reward_mean"] == pytest.approx(np.mean(np.asarray(r_disc) + np.asarray(r_anchor)))
+
+
+def test_generator_reward_lambda_scales_the_anchor_advantage():
+    texts = [_rubric_json(("mentions apple", 3)), _rubric_json(("is short", 2)), "[4] has a colour", "[1] noun"]
+    comps = [[{"role": "assistant", "content": t}] for t in texts]
+    outs = {}
+    for lam in (0.0, 1.0, 2.0):
+        reward = GeneratorReward(GEN_ROWS, FakeEngine(), GRPOSettings(num_generations=4, per_device_train_batch_size=4,
+                                                                      lam=lam))
+        outs[lam] = np.asarray(reward(completions=comps, completion_ids=[[1]] * 4, group_id=[0] * 4))
+    np.testing.assert_allclose(outs[2.0] - outs[1.0], outs[1.0] - outs[0.0], atol=1e-12)
+
+
+def test_generator_reward_raises_on_a_split_group():
+    reward = GeneratorReward(GEN_ROWS, FakeEngine(), GRPOSettings(num_generations=2, per_device_train_batch_size=2))
+    with pytest.raises(GroupSplitError):
+        reward(completions=["[1] a"] * 4, completion_ids=[[1]] * 4, group_id=[0, 1, 1, 0])
+
+
+def test_policy_reward_scores_eq_12_and_marks_unscorable_none():
+    rows = [PolicyRow(0, "p0", "Name a fruit."), PolicyRow(1, "p1", "Say hi.")]
+    rubric = _rubric_json(("mentions apple", 3), ("is short", 1))
+    records = []
+    settings = GRPOSettings(num_generations=2, per_device_train_batch_size=4)
+    reward = PolicyReward(rows, FakeEngine(rubric), FakeEngine(), settings, on_rollouts=records.extend)
+    texts = ["apple", "pear", "hi", "hello"]
+    out = reward(completions=texts, completion_ids=[[1]] * 4, group_id=[0, 0, 1, 1])
+    crit, w = ["mentions apple", "is short"], [3, 1]
+    expected = [float(rubric_scores(w, [[_bit(c, t) for c in crit]])[0]) for t in texts]
+    assert out == pytest.approx(expected)
+    assert records[0]["rubric_items"] == [("mentions apple", 3), ("is short", 1)]
+    assert records[0]["verdicts"] == [_bit(c, "apple") for c in crit] and records[3]["prompt_id"] == "p1"
+
+    failing = PolicyReward(rows, FakeEngine("{not json"), FakeEngine(), settings, on_rollouts=records.extend)
+    out = failing(completions=texts, completion_ids=[[1]] * 4, group_id=[0, 0, 1, 1])
+    assert out == [None] * 4
+    assert failing.history[-1]["unscorable"] == 4 and failing.history[-1]["rubric_failed_groups"] == 2
+    assert records[-1]["score"] is None and records[-1]["rubric_error"]
+
+
+def test_policy_reward_raises_on_an_incomplete_group():
+    rows = [PolicyRow(0, "p0", "x")]
+    reward = PolicyReward(rows, FakeEngine("[1] a"), FakeEngine(), GRPOSettings(num_generations=2,
+                                                                                per_device_train_batch_size=2))
+    with pytest.raises(GroupSplitError):
+        reward(completions=["a", "b", "c"], completion_ids=[[1]] * 3, group_id=[0, 0, 0])
+
+
+# ------------------------------------------------------------------------------------------------ real TRL training
+
+TINY = dict(learning_rate=5e-2, num_generations=2, per_device_train_batch_size=4, max_completion_length=8,
+            max_steps=2, save_steps=1, seed=1)
+
+
+def _weights(path):
+    import torch
+    from safetensors.torch import load_file
+
+    return {k: v.to(torch.float32) for k, v in load_file(str(path / "model.safetensors")).items()}
+
+
+def _changed(a, b) -> bool:
+    return any(not (a[k] == b[k]).all() for k in a)
+
+
+@pytest.mark.slow
+def test_train_policy_moves_weights_with_whole_groups_and_eq_21_advantages(tiny_llama_dir, tmp_path):
+    rows = [PolicyRow(i, f"p{i}", q) for i, q in enumerate(["Name a fruit.", "Say hi.", "Count to 3.", "Why?"])]
+    records = []
+    result = grpo.train_policy(
+        tiny_llama_dir, rows, FakeEngine(_rubric_json(("a", 1), ("e", 2), ("o", 3))), FakeEngine(),
+        GRPOSettings(**TINY), tmp_path / "policy", on_rollouts=records.extend,
+    )
+    assert result.steps == 2 and result.resumed_from is None
+    final = tmp_path / "policy" / "final"
+    assert result.checkpoint == str(final) and (final / COMPLETE_MARKER).is_file()
+    assert (final / "tokenizer_config.json").is_file()
+    assert _changed(_weights(tiny_llama_dir), _weights(final))
+    # every reward call saw whole groups of K=2, each with one group id
+    by_call = {}
+    for r in records:
+        by_call.setdefault(r["step"], []).append(r)
+    for recs in by_call.values():
+        ids = [r["group_id"] for r in recs]
+        assert ids[0::2] == ids[1::2] and [r["rollout"] for r in recs] == [0, 1] * (len(recs) // 2)
+    # TRL's advantages (scale_rewards="group") are Eq. 21 on our scores
+    scores = [r["score"] for r in records]
+    trl = [a for call in result.trl_advantages for a in call]
+    np.testing.assert_allclose(trl, group_advantages(scores, 2), atol=1e-4)
+    assert result.step_seconds and result.reward_first is not None and len(result.history) == 2
+    # a second call finds the finished model and does not train again
+    again = grpo.train_policy(tiny_llama_dir, rows, FakeEngine(), FakeEngine(), GRPOSettings(**TINY),
+                              tmp_path / "policy")
+    assert again.checkpoint == result.checkpoint and again.steps == 2 and len(again.history) == 2
+
+
+@pytest.mark.slow
+def test_train_generator_hands_eq_24_25_advantages_to_trl(tiny_llama_dir, tmp_path, monkeypatch):
+    # A random model writes no rubric: map each rollout text to a pseudo-random rubric so rewards vary.
+    def fake_parse(text):
+        h = hashlib.md5(text.encode()).digest()
+        return Rubric((RubricItem(f"criterion {h[0] % 5}", 1 + h[1] % 5), RubricItem(f"other {h[2] % 3}", 2)))
+
+    monkeypatch.setattr(grpo, "parse_rollout", fake_parse)
+    records = []
+    result = grpo.train_generator(tiny_llama_dir, GEN_ROWS, FakeEngine(), GRPOSettings(**TINY, lam=0.5),
+                                  tmp_path / "gen", on_rollouts=records.extend)
+    assert result.steps == 2
+    r_disc = [r["r_disc"] for r in records]
+    r_anchor = [r["r_anchor"] for r in records]
+    ours = combined_advantages(r_disc, r_anchor, 2, 0.5)
+    np.testing.assert_allclose([r["advantage"] for r in records], ours, atol=1e-12)
+    trl = [a for call in result.trl_advantages for a in call]
+    np.testing.assert_allclose(trl, ours, atol=1e-5)  # scale_rewards="none": TRL leaves them unchanged
+    assert any(abs(a) > 0.1 for a in ours)
+    assert _changed(_weights(tiny_llama_dir), _weights(tmp_path / "gen" / "final"))
+    assert {"r_disc_mean", "r_anchor_mean", "unparseable", "truncated"} <= set(result.history[0])
+
+
+@pytest.mark.slow
+def test_unparseable_rollouts_get_the_floor_and_no_advantage(tiny_llama_dir, tmp_path):
+    records = []
+    result = grpo.train_generator(tiny_llama_dir, GEN_ROWS[:1] + GEN_ROWS[1:], FakeEngine(),
+                                  GRPOSettings(**{**TINY, "max_steps": 1}), tmp_path / "gen",
+                                  on_rollouts=records.extend)
+    assert records and all(r["items"] is None and r["r_disc"] == 0.0 and r["advantage"] == 0.0 for r in records)
+    assert all(r["r_anchor"] == pytest.approx(anchor_floor(3)) and r["truncated"] for r in records)
+    assert result.history[0]["unparseable"] == len(records)
+
+
+@pytest.mark.slow
+def test_training_resumes_from_its_last_checkpoint(tiny_llama_dir, tmp_path):
+    rows = [PolicyRow(i, f"p{i}", q) for i, q in enumerate(["Name a fruit.", "Say hi."])]
+    settings = GRPOSettings(**{**TINY, "max_steps": 3})
+    calls = []
+
+    def crash_on_third_call(records):
+        calls.append(records)
+        if len(calls) == 3:
+            raise RuntimeError("simulated crash")
+
+    gen = FakeEngine(_rubric_json(("a", 1), ("e", 2)))
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        grpo.train_policy(tiny_llama_dir, rows, gen, FakeEngine(), settings, tmp_path / "p", crash_on_third_call)
+    assert not (tmp_path / "p" / "final").exists()
+    assert grpo.last_checkpoint(tmp_path / "p" / "checkpoints").name == "checkpoint-2"
+    result = grpo.train_policy(tiny_llama_dir, rows, gen, FakeEngine(), settings, tmp_path / "p")
+    assert result.resumed_from.endswith("checkpoint-2") and result.steps == 3
+    assert [e["step"] for e in result.history] == [0, 1, 2]
+    assert grpo.is_complete(tmp_path / "p" / "final")
