@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dr_core.config import EngineConfig, EnginesConfig
+from dr_core.grpo import GRPOSettings
 
 
 class RoundConfig(BaseModel):
@@ -82,3 +83,71 @@ def preset(name: str, **overrides) -> RoundConfig:
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
     return RoundConfig(**{**PRESETS[name].model_dump(), **overrides})
+
+
+class CoevolveConfig(BaseModel):
+    """Algorithm 1: ``rounds`` rounds of generator update, policy update and measurement."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    preset: str = Field("custom", description="Name of the preset this config came from.")
+    round: RoundConfig = Field(default_factory=RoundConfig, description="Data sizes, lengths, engines (per round).")
+    generator: GRPOSettings = Field(description="GRPO settings of the generator update G(t-1) -> G(t).")
+    policy: GRPOSettings = Field(description="GRPO settings of the policy update P(t-1) -> P(t).")
+    rounds: int = Field(1, ge=1, description="T: co-evolution rounds.")
+    measure_start: bool = Field(True, description="Also measure P(0) with G(0) as round 0 (the 'before' numbers).")
+
+    @model_validator(mode="after")
+    def _check(self):
+        if self.policy.num_generations != self.round.k:
+            raise ValueError(
+                f"policy.num_generations ({self.policy.num_generations}) must equal round.k ({self.round.k}): the "
+                "policy's GRPO group is the response set C of Eq. 12"
+            )
+        return self
+
+
+def _coevolve_presets() -> dict[str, CoevolveConfig]:
+    tiny = PRESETS["tiny"]
+    paper = PRESETS["paper"]
+    return {
+        "tiny": CoevolveConfig(
+            preset="tiny",
+            round=tiny,
+            generator=GRPOSettings(learning_rate=5e-6, num_generations=4, max_completion_length=192,
+                                   per_device_train_batch_size=4, max_steps=2, save_steps=1, temperature=1.0),
+            policy=GRPOSettings(learning_rate=1e-6, num_generations=tiny.k, max_completion_length=64,
+                                per_device_train_batch_size=tiny.k, max_steps=2, save_steps=1,
+                                rubric_max_tokens=tiny.generator_max_tokens),
+        ),
+        "paper": CoevolveConfig(
+            preset="paper",
+            round=paper,
+            generator=GRPOSettings(learning_rate=5e-6, num_generations=8, max_completion_length=8192,
+                                   per_device_train_batch_size=8, gradient_accumulation_steps=32, max_steps=100,
+                                   save_steps=10, bf16=True),
+            policy=GRPOSettings(learning_rate=1e-6, num_generations=8, max_completion_length=8192,
+                                per_device_train_batch_size=8, gradient_accumulation_steps=32, max_steps=100,
+                                save_steps=10, bf16=True, rubric_max_tokens=8192),
+        ),
+    }
+
+
+def coevolve_preset(name: str, **overrides) -> CoevolveConfig:
+    """A shipped co-evolution preset; ``overrides`` are fields of CoevolveConfig (``round`` overrides take a dict
+    of RoundConfig fields merged into the preset's)."""
+    presets = _coevolve_presets()
+    if name not in presets:
+        raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(presets)}")
+    base = presets[name].model_dump()
+    k = (overrides.get("round") or {}).get("k") if isinstance(overrides.get("round"), dict) else None
+    if k is not None and "num_generations" not in (overrides.get("policy") or {}):
+        # the policy's GRPO group is the set C: follow round.k unless the caller set it
+        pol = dict(overrides.get("policy") or {})
+        pol.setdefault("num_generations", k)
+        pol.setdefault("per_device_train_batch_size", k)
+        overrides["policy"] = pol
+    for key in ("round", "generator", "policy"):
+        if isinstance(overrides.get(key), dict):
+            overrides[key] = {**base[key], **overrides[key]}
+    return CoevolveConfig(**{**base, **overrides})

@@ -96,6 +96,103 @@ def round_cmd(
         write_json_atomic(json_out, result)
 
 
+def _overrides(items: list[str]) -> dict:
+    """--set FIELD=VALUE (top-level) or SECTION.FIELD=VALUE (round / generator / policy) into nested dicts."""
+    out: dict = {}
+    for item in items:
+        if "=" not in item:
+            fail(f"--set {item!r}: expected FIELD=VALUE, e.g. --set round.n_prompts=2 or --set generator.max_steps=1")
+        key, raw = item.split("=", 1)
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw
+        section, _, field = key.rpartition(".")
+        (out.setdefault(section, {}) if section else out)[field] = value
+    return out
+
+
+def _fmt(v) -> str:
+    return "n/a" if v is None else f"{v:.4f}" if isinstance(v, float) else str(v)
+
+
+def _print_coevolve(result: dict) -> None:
+    rounds = result["rounds"]
+    tab = Table(title=f"Co-evolution run {result['run_id']}")
+    tab.add_column("")
+    for r in rounds:
+        tab.add_column(f"round {r['round']}" + (" (start)" if r["round"] == 0 else ""), justify="right")
+
+    def upd(r, role, key):
+        u = r.get(f"{role}_update")
+        return "-" if not u else f"{_fmt(u['reward_first'])} -> {_fmt(u['reward_last'])}" if key == "reward" else _fmt(u[key])
+
+    rows = [
+        ("generator reward, first -> last step (R_disc + lam R_anchor)", lambda r: upd(r, "generator", "reward")),
+        ("generator rubric rollouts unparseable", lambda r: "-" if not r.get("generator_update") else
+         f"{r['generator_update']['unparseable']}/{r['generator_update']['rollouts']}"),
+        ("policy reward, first -> last step (Eq. 12 score)", lambda r: upd(r, "policy", "reward")),
+        ("policy rollouts unscorable", lambda r: "-" if not r.get("policy_update") else
+         f"{r['policy_update']['unscorable']}/{r['policy_update']['rollouts']}"),
+        ("measured R_disc on P(t)'s sets (Eq. 13)", lambda r: _fmt(r["measure"]["r_disc"])),
+        ("measured R_anchor (Eq. 15)", lambda r: _fmt(r["measure"]["r_anchor"])),
+        ("anchor gap (Eq. 2)", lambda r: _fmt(r["measure"]["anchor_gap"])),
+        ("evaluator accuracy, eval slice (strict)", lambda r: f"{_fmt(r['measure']['eval_accuracy'])} (n={r['measure']['eval_n']})"),
+        ("unscorable verdicts", lambda r: f"{r['measure']['unscorable_verdicts']}/{r['measure']['verdicts']}"),
+    ]
+    for label, get in rows:
+        tab.add_row(label, *(get(r) for r in rounds))
+    console.print(tab)
+    for r in rounds:
+        if r.get("generator_update"):
+            g, p = r["generator_update"], r["policy_update"]
+            console.print(f"round {r['round']}: generator update {g['steps']} steps in {g['seconds']} s; "
+                          f"policy update {p['steps']} steps in {p['seconds']} s")
+            console.print(f"  G({r['round']}) = {r['generator']}\n  P({r['round']}) = {r['policy']}")
+    slow = sorted(result["steps"].items(), key=lambda kv: -kv[1]["seconds"])[:6]
+    console.print("slowest steps: " + ", ".join(f"{k} {v['seconds']:.0f}s ({v['state']})" for k, v in slow))
+
+
+@app.command("coevolve")
+def coevolve_cmd(
+    preset_name: str = typer.Option("tiny", "--preset", help="Preset: tiny (CPU, about ten minutes) or paper (GPU)."),
+    rounds: int = typer.Option(1, "--rounds", min=1, help="T: co-evolution rounds."),
+    store: Optional[str] = typer.Option(None, "--store", envvar="DR_STORE", help="Artifact store: path or s3://bucket/prefix."),
+    run_id: str = typer.Option("local", "--run-id", help="Run id: the partition the run's artifacts go to."),
+    config_file: Optional[str] = typer.Option(None, "--engines", help="YAML/JSON engine config per role."),
+    overrides: list[str] = typer.Option([], "--set", help="Override a field: round.k=4, generator.max_steps=1, policy.learning_rate=1e-6, measure_start=false."),
+    json_out: Optional[str] = typer.Option(None, "--json", help="Also write the result (rounds, steps, checkpoints) here."),
+) -> None:
+    """Run Algorithm 1: per round, update the generator, then the policy, then measure; all as cached Prefect tasks."""
+    from flows.settings import configure_prefect
+
+    configure_prefect()
+    from pydantic import ValidationError
+
+    from dr_core.config import ConfigError, load_engines_config
+    from dr_core.presets import coevolve_preset
+    from dr_core.store import default_store_url
+
+    fields = _overrides(overrides)
+    fields["rounds"] = rounds
+    try:
+        if config_file:
+            fields.setdefault("round", {})["engines"] = load_engines_config(config_file).model_dump()
+        cfg = coevolve_preset(preset_name, **fields)
+        from flows.coevolve import CoevolveParams, coevolve_flow
+
+        params = CoevolveParams(config=cfg, store=store or default_store_url(), run_id=run_id)
+    except (ValidationError, ValueError, ConfigError) as exc:
+        fail(str(exc))
+    console.print(f"[bold]dr coevolve[/] preset={cfg.preset} rounds={rounds} store={params.store} run_id={run_id}")
+    result = coevolve_flow(params)
+    _print_coevolve(result)
+    if json_out:
+        from dr_core.eval_runs import write_json_atomic
+
+        write_json_atomic(json_out, result)
+
+
 def main() -> None:
     app()
 

@@ -35,7 +35,7 @@ class RoundParams(BaseModel):
     run_eval: bool = Field(True, description="Measure evaluator accuracy on the preset's eval slice.")
 
 
-def _run(task, record: dict, name: str, *args, **kwargs):
+def run_step(task, record: dict, name: str, *args, **kwargs):
     """Run a task, note whether it ran or came from the cache and how long it took, return its result."""
     start = time.perf_counter()
     state = task(*args, return_state=True, **kwargs)
@@ -43,35 +43,40 @@ def _run(task, record: dict, name: str, *args, **kwargs):
     return state.result()
 
 
+def measure(cfg: RoundConfig, store: str, run: str, t: int, storage, log: dict, *, run_eval: bool = True,
+            inputs: dict | None = None, prefix: str = "") -> dict:
+    """Sample C from the policy, write rubrics for (x, C), verify on C and the anchors, score, evaluate the
+    evaluator, summarise: the measurement of Algorithm 1 for the engines in ``cfg`` (stage ``measure``).
+    Returns {"summary", "artifacts"}; ``log`` gets each step's state and seconds under ``prefix + name``."""
+    opts = dict(result_storage=storage)
+    models = steps.model_ids(cfg)
+    if inputs is None:
+        inputs = run_step(steps.select_inputs.with_options(**opts), log, prefix + "select-inputs", cfg, store)
+    samples = run_step(steps.sample.with_options(**opts), log, prefix + "sample", cfg, inputs["prompts"],
+                       models["policy"], store, run, t, STAGE)
+    rubrics = run_step(steps.generate_rubrics.with_options(**opts), log, prefix + "generate-rubrics", cfg,
+                       inputs["prompts"], samples, models["generator"], store, run, t, STAGE)
+    verdicts = run_step(steps.verify.with_options(**opts), log, prefix + "verify", cfg, inputs["prompts"], samples,
+                        inputs["anchors"], rubrics, models["verifier"], store, run, t, STAGE)
+    scored = run_step(steps.score.with_options(**opts), log, prefix + "score", rubrics, verdicts, store, run, t, STAGE)
+    artifacts = {**inputs, "samples": samples, "rubrics": rubrics, "verdicts": verdicts, **scored}
+    if run_eval:
+        artifacts["eval"] = run_step(steps.evaluate_evaluator.with_options(**opts), log, prefix + "evaluate-evaluator",
+                                     cfg, models["generator"], models["verifier"], store, run, t)
+    artifacts = run_step(steps.adopt, log, prefix + "adopt-artifacts", artifacts, store, run, t)
+    summary = run_step(steps.summarise.with_options(**opts), log, prefix + "summarise", artifacts,
+                       artifacts.get("eval"), store)
+    return {"summary": summary, "artifacts": artifacts}
+
+
 @flow(name="dynamicrubric-round", log_prints=True)
 def round_flow(params: RoundParams) -> dict:
     cfg, store, run, t = params.config, params.store, params.run_id, params.round_no
-    storage = result_storage(store)
-    opts = dict(result_storage=storage)
-    steps_log: dict = {}
-    models = steps.model_ids(cfg)
-
-    inputs = _run(steps.select_inputs.with_options(**opts), steps_log, "select-inputs", cfg, store)
-    samples = _run(steps.sample.with_options(**opts), steps_log, "sample", cfg, inputs["prompts"], models["policy"],
-                   store, run, t, STAGE)
-    rubrics = _run(steps.generate_rubrics.with_options(**opts), steps_log, "generate-rubrics", cfg, inputs["prompts"],
-                   samples, models["generator"], store, run, t, STAGE)
-    verdicts = _run(steps.verify.with_options(**opts), steps_log, "verify", cfg, inputs["prompts"], samples,
-                    inputs["anchors"], rubrics, models["verifier"], store, run, t, STAGE)
-    scored = _run(steps.score.with_options(**opts), steps_log, "score", rubrics, verdicts, store, run, t, STAGE)
-    evaluation = None
-    if params.run_eval:
-        evaluation = _run(steps.evaluate_evaluator.with_options(**opts), steps_log, "evaluate-evaluator", cfg,
-                          models["generator"], models["verifier"], store, run, t)
-    artifacts = {**inputs, "samples": samples, "rubrics": rubrics, "verdicts": verdicts, **scored}
-    if evaluation:
-        artifacts["eval"] = evaluation
-    artifacts = _run(steps.adopt, steps_log, "adopt-artifacts", artifacts, store, run, t)
-    summary = _run(steps.summarise.with_options(**opts), steps_log, "summarise", artifacts,
-                   artifacts.get("eval"), store)
-    _run(steps.record_run, steps_log, "record-run", cfg, store, run, t, "round-complete")
-    return {"run_id": run, "round": t, "summary": summary, "steps": steps_log,
-            "artifacts": {k: v["uri"] for k, v in artifacts.items()}}
+    log: dict = {}
+    result = measure(cfg, store, run, t, result_storage(store), log, run_eval=params.run_eval)
+    run_step(steps.record_run, log, "record-run", cfg, store, run, t, "round-complete")
+    return {"run_id": run, "round": t, "summary": result["summary"], "steps": log,
+            "artifacts": {k: v["uri"] for k, v in result["artifacts"].items()}}
 
 
 if __name__ == "__main__":

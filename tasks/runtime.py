@@ -8,6 +8,7 @@ of a downstream task uses the sha256, not the uri (tasks/policy.py).
 from __future__ import annotations
 
 import hashlib
+import os
 import threading
 from functools import lru_cache
 from pathlib import Path
@@ -29,20 +30,25 @@ def write_ref(store: Store, table: str, rows, part: str, **keys) -> dict:
 
 
 def engine_for(cfg: EngineConfig) -> Engine:
-    """One engine per distinct config per process, so a round's steps share a loaded model. On a CPU machine only
-    one in-process model is kept: asking for another closes the previous one first."""
+    """One engine per distinct config per process, so a round's steps share loaded models. At most
+    ``$DR_MAX_ENGINES`` (default 3: generator, verifier, policy) in-process vLLM engines stay loaded; asking for
+    another closes the least recently used one first."""
     with _POOL_LOCK:
-        if cfg not in _POOL:
-            if cfg.kind == "vllm":
-                for other in [c for c in _POOL if c.kind == "vllm"]:
-                    engine = _POOL.pop(other)
-                    if other not in _EXTERNAL:
-                        engine.close()
-                if cfg.model == DEFAULT_MODEL:
-                    from dr_core.model import prepare_default_model
+        if cfg in _POOL:
+            _POOL[cfg] = _POOL.pop(cfg)  # most recently used last
+            return _POOL[cfg]
+        if cfg.kind == "vllm":
+            local = [c for c in _POOL if c.kind == "vllm"]
+            while len(local) >= int(os.environ.get("DR_MAX_ENGINES", "3")):
+                oldest = local.pop(0)
+                engine = _POOL.pop(oldest)
+                if oldest not in _EXTERNAL:
+                    engine.close()
+            if cfg.model == DEFAULT_MODEL:
+                from dr_core.model import prepare_default_model
 
-                    prepare_default_model()
-            _POOL[cfg] = make_engine(cfg)
+                prepare_default_model()
+        _POOL[cfg] = make_engine(cfg)
         return _POOL[cfg]
 
 

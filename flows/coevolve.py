@@ -1,0 +1,99 @@
+"""DynamicRubric co-evolution, Algorithm 1 end to end, as a Prefect flow over the artifact store.
+
+    dr coevolve --preset tiny --rounds 1 --store ./store --run-id demo      # or: python -m flows.coevolve
+
+Self-contained mode (the default): generator, verifier and policy start from one backbone (the default model);
+the verifier stays frozen. For t = 1..T:
+  1. sample C from P(t-1) on the round's prompts                               (stage "generator")
+  2. generator update G(t-1) -> G(t): GRPO on R_disc + lam R_anchor            (tasks/train.py)
+  3. policy update P(t-1) -> P(t): GRPO on Eq. 12 scores from the fixed G(t)  (tasks/train.py)
+  4. measure P(t) with G(t): sets, rubrics, verdicts, scores, gap, accuracy    (flows/round.py::measure)
+Round 0 (``measure_start``) measures P(0) with G(0): the "before" numbers. Every step is a cached, retryable task:
+re-running a finished round does no training and no model work.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from prefect import flow
+
+from dr_core import checkpoints
+from dr_core.config import DEFAULT_MODEL
+from dr_core.presets import CoevolveConfig, RoundConfig, coevolve_preset
+from dr_core.store import Store, default_store_url
+from flows.round import measure, run_step
+from tasks import round as steps
+from tasks import train
+from tasks.runtime import model_id, result_storage
+
+
+class CoevolveParams(BaseModel):
+    """Parameters of one co-evolution flow run."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    config: CoevolveConfig = Field(default_factory=lambda: coevolve_preset("tiny"), description="Algorithm 1 config.")
+    store: str = Field(default_factory=default_store_url, description="Artifact store URL (path or s3://...).")
+    run_id: str = Field("local", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$", description="Run id (partition).")
+    start_round: int = Field(1, ge=1, description="Number of the first round to run (the anchor refresh continues).")
+    generator_start: dict | None = Field(None, description="Checkpoint ref {uri, sha256} of G(start-1); None: G(0).")
+    policy_start: dict | None = Field(None, description="Checkpoint ref {uri, sha256} of P(start-1); None: P(0).")
+
+
+def with_models(rc: RoundConfig, store: Store, generator: dict, policy: dict) -> RoundConfig:
+    """The round config with the generator and policy engines pointed at these checkpoints (verifier unchanged)."""
+    def point(cfg, ref):
+        if ref["uri"] == DEFAULT_MODEL:
+            return cfg
+        return cfg.model_copy(update={"model": str(checkpoints.materialise(store, ref["uri"]))})
+
+    engines = rc.engines.model_copy(update={"generator": point(rc.engines.generator, generator),
+                                            "policy": point(rc.engines.policy, policy)})
+    return rc.model_copy(update={"engines": engines})
+
+
+def _num(v):
+    return None if v is None else round(float(v), 4)
+
+
+@flow(name="dynamicrubric-coevolve", log_prints=True)
+def coevolve_flow(params: CoevolveParams) -> dict:
+    cfg, store, run = params.config, params.store, params.run_id
+    st = Store.from_url(store)
+    storage = result_storage(store)
+    opts = dict(result_storage=storage)
+    log: dict = {}
+    gen = params.generator_start or train.default_ref()
+    pol = params.policy_start or train.default_ref()
+    verifier = model_id(cfg.round.engines.verifier)
+
+    inputs = run_step(steps.select_inputs.with_options(**opts), log, "select-inputs", cfg.round, store)
+    rounds = []
+    if cfg.measure_start and params.start_round == 1:
+        m0 = measure(with_models(cfg.round, st, gen, pol), store, run, 0, storage, log, inputs=inputs, prefix="r0/")
+        rounds.append({"round": 0, "generator": gen["uri"], "policy": pol["uri"], "measure": m0["summary"]})
+    for t in range(params.start_round, params.start_round + cfg.rounds):
+        rc = with_models(cfg.round, st, gen, pol)
+        sets = run_step(steps.sample.with_options(**opts), log, f"r{t}/sample-P(t-1)", rc, inputs["prompts"],
+                        model_id(rc.engines.policy), store, run, t, "generator")
+        new_gen = run_step(train.train_generator.with_options(**opts), log, f"r{t}/train-generator", cfg,
+                           inputs["prompts"], sets, inputs["anchors"], gen, verifier, store, run, t)
+        new_pol = run_step(train.train_policy.with_options(**opts), log, f"r{t}/train-policy", cfg,
+                           inputs["prompts"], pol, new_gen, verifier, store, run, t)
+        gen, pol = new_gen, new_pol
+        m = measure(with_models(cfg.round, st, gen, pol), store, run, t, storage, log, inputs=inputs,
+                    prefix=f"r{t}/")
+        run_step(steps.record_run, log, f"r{t}/record-run", cfg.round, store, run, t, "coevolve-round-complete")
+        rounds.append({
+            "round": t, "generator": gen["uri"], "policy": pol["uri"], "measure": m["summary"],
+            "generator_update": {k: _num(new_gen.get(k)) for k in ("reward_first", "reward_last")}
+            | {k: new_gen.get(k) for k in ("steps", "seconds", "unparseable", "rollouts")},
+            "policy_update": {k: _num(new_pol.get(k)) for k in ("reward_first", "reward_last")}
+            | {k: new_pol.get(k) for k in ("steps", "seconds", "unscorable", "rollouts")},
+        })
+    return {"run_id": run, "rounds": rounds, "steps": log, "generator": gen, "policy": pol}
+
+
+if __name__ == "__main__":
+    print(coevolve_flow(CoevolveParams()))

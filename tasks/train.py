@@ -1,0 +1,109 @@
+"""Prefect tasks of the two GRPO updates of Algorithm 1: G(t-1) -> G(t) and P(t-1) -> P(t).
+
+Each task materialises its base checkpoint, trains with ``dr_core.grpo`` (TRL), writes every training rollout's
+rubric, verdicts and rewards/scores to the store (stage ``generator`` / ``policy``), saves the new checkpoint
+beside the store (``<store>/models/...``) and registers it in the ``checkpoints`` table with its parent.
+
+A checkpoint reference is ``{"uri", "sha256"}``: ``uri`` is where it lives (``default`` for the prepared default
+model), ``sha256`` its identity (a hash of its files), which is what the cache key sees. So a re-run of a finished
+round does no training, and a failed training resumes from TRL's last checkpoint in the same scratch directory
+(``<cache>/train/<run>/round-<t>/<role>``) when Prefect retries it or the user re-runs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prefect import task
+
+from dr_core import checkpoints, pipeline, training_records
+from dr_core.config import DEFAULT_MODEL, EngineConfig
+from dr_core.grpo import train_generator as grpo_train_generator
+from dr_core.grpo import train_policy as grpo_train_policy
+from dr_core.paths import cache_dir
+from dr_core.presets import CoevolveConfig
+from dr_core.store import Store
+from tasks.policy import content_cache_key, retry_on_transient
+from tasks.runtime import engine_for, model_id, write_ref
+
+TRAIN_STEP = dict(
+    cache_key_fn=content_cache_key,
+    persist_result=True,
+    retries=1,
+    retry_delay_seconds=[10],
+    retry_condition_fn=retry_on_transient,
+    timeout_seconds=24 * 3600,
+)
+
+def default_ref() -> dict:
+    from dr_core.model import CHECKPOINT_NAME
+
+    return {"uri": DEFAULT_MODEL, "sha256": CHECKPOINT_NAME}
+
+
+def local_dir(store: Store, ref: dict) -> Path:
+    """A local directory holding the checkpoint ``ref`` points at."""
+    if ref["uri"] == DEFAULT_MODEL:
+        from dr_core.model import prepare_default_model
+
+        return Path(prepare_default_model())
+    return checkpoints.materialise(store, ref["uri"])
+
+
+def _scratch(run_id: str, round_no: int, role: str) -> Path:
+    return cache_dir() / "train" / run_id / f"round-{round_no}" / role
+
+
+def _finish(s: Store, result, role: str, base: dict, run_id: str, round_no: int, metrics: dict) -> dict:
+    uri = checkpoints.save(s, result.checkpoint, run_id, round_no, role)
+    checkpoints.register(s, run_id, round_no, role, uri, parent=base["uri"], metrics=metrics)
+    local = checkpoints.materialise(s, uri)
+    return {"uri": uri, "sha256": model_id(EngineConfig(model=str(local))), **metrics}
+
+
+def _metrics(result) -> dict:
+    return {"steps": result.steps, "reward_first": result.reward_first, "reward_last": result.reward_last,
+            "seconds": round(result.seconds, 1), "step_seconds": result.step_seconds,
+            "resumed_from": result.resumed_from, "history": result.history}
+
+
+@task(name="train-generator", **TRAIN_STEP)
+def train_generator(cfg: CoevolveConfig, prompts: dict, samples: dict, anchors: dict, base: dict, verifier_model: str,
+                    store: str, run_id: str, round_no: int) -> dict:
+    """G(t-1) -> G(t) on the current policy's sets (R_disc + lam R_anchor, Eq. 24-25)."""
+    s = Store.from_url(store)
+    p, c, a = (pipeline.rows_of(s.read(r["uri"])) for r in (prompts, samples, anchors))
+    rows = training_records.generator_rows(p, c, a)
+    sink = training_records.RolloutSink(base["sha256"], verifier_model, cfg.generator.num_generations,
+                                        anchor_ranks=training_records.anchor_ranks(p, c, a))
+    result = grpo_train_generator(local_dir(s, base), rows, engine_for(cfg.round.engines.verifier), cfg.generator,
+                                  _scratch(run_id, round_no, "generator"), on_rollouts=sink)
+    for table, trows in sink.generator_tables().items():
+        if trows:
+            write_ref(s, table, trows, f"generator-train-{table}", run_id=run_id, round=round_no)
+    metrics = _metrics(result) | {
+        "unparseable": sum(h.get("unparseable", 0) for h in result.history),
+        "rollouts": sum(h.get("rollouts", 0) for h in result.history),
+    }
+    return _finish(s, result, "generator", base, run_id, round_no, metrics)
+
+
+@task(name="train-policy", **TRAIN_STEP)
+def train_policy(cfg: CoevolveConfig, prompts: dict, base: dict, generator: dict, verifier_model: str, store: str,
+                 run_id: str, round_no: int) -> dict:
+    """P(t-1) -> P(t) with rewards from the fixed G(t) and the frozen verifier (Eq. 12 scores, Eq. 21)."""
+    s = Store.from_url(store)
+    gen_cfg = cfg.round.engines.generator.model_copy(update={"model": str(local_dir(s, generator))})
+    rows = training_records.policy_rows(pipeline.rows_of(s.read(prompts["uri"])))
+    sink = training_records.RolloutSink(base["sha256"], verifier_model, cfg.policy.num_generations,
+                                        generator=generator["sha256"])
+    result = grpo_train_policy(local_dir(s, base), rows, engine_for(gen_cfg), engine_for(cfg.round.engines.verifier),
+                               cfg.policy, _scratch(run_id, round_no, "policy"), on_rollouts=sink)
+    for table, trows in sink.policy_tables().items():
+        if trows:
+            write_ref(s, table, trows, f"policy-train-{table}", run_id=run_id, round=round_no)
+    metrics = _metrics(result) | {
+        "unscorable": sum(h.get("unscorable", 0) for h in result.history),
+        "rollouts": sum(h.get("rollouts", 0) for h in result.history),
+    }
+    return _finish(s, result, "policy", base, run_id, round_no, metrics)
