@@ -125,3 +125,19 @@ def test_score_writes_rubrics_verdicts_scores(tmp_path, default_model_dir):
     else:
         assert len(s["verdicts"]) == 3 and all(len(row) == len(s["rubric"]) for row in s["verdicts"])
         assert len(s["scores"]) == 3 and set(s) >= {"r_disc", "unscorable", "shown_order", "rubric_text"}
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_eval_evaluator_with_roles_on_a_remote_vllm_server(tmp_path, vllm_server):
+    data = _pairs(tmp_path / "pairs.jsonl", n=2)
+    cfg = tmp_path / "engines.yaml"
+    role = f"  kind: openai_http\n  base_url: {vllm_server}\n  model: default\n"
+    cfg.write_text(f"generator:\n{role}verifier:\n{role}")
+    out = tmp_path / "metrics.json"
+    res = _dr("eval-evaluator", str(data), "--format", "pairwise", "--seeds", "1", "--mode", "static",
+              "--config", str(cfg), "--output", str(out))
+    assert res.returncode == 0, res.stderr[-3000:]
+    m = json.loads(out.read_text())
+    assert m["models"] == {"generator": "smollm2-135m", "verifier": "smollm2-135m"}
+    assert m["n"] == 2 and m["costs"]["generation"]["requests"] == 2
