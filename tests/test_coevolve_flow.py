@@ -1,0 +1,54 @@
+"""One co-evolution round on the real default model, in-process on the session engine: the generator is trained,
+then the policy, both checkpoints are registered with their parents, training rollouts are in the store, and a
+re-run of the finished round does no training."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def micro_coevolve(test_engine_config):
+    from dr_core.config import EnginesConfig
+    from dr_core.presets import coevolve_preset
+
+    eng = test_engine_config.model_dump()
+    return coevolve_preset(
+        "tiny",
+        round={"n_prompts": 2, "k": 2, "n_anchor": 3, "eval_limit": 2, "policy_max_tokens": 24,
+               "generator_max_tokens": 160, "engines": EnginesConfig(generator=eng, verifier=eng, policy=eng).model_dump()},
+        generator={"max_steps": 1, "num_generations": 2, "per_device_train_batch_size": 2, "max_completion_length": 48},
+        policy={"max_steps": 1, "max_completion_length": 24, "rubric_max_tokens": 160},
+        measure_start=False,
+    )
+
+
+def test_one_round_trains_both_and_rerun_does_no_training(prefect_harness, micro_coevolve, tmp_path):
+    from dr_core import checkpoints
+    from dr_core.store import Store
+    from flows.coevolve import CoevolveParams, coevolve_flow
+
+    store = str(tmp_path / "store")
+    params = CoevolveParams(config=micro_coevolve, store=store, run_id="co")
+    first = coevolve_flow(params)
+    (r1,) = first["rounds"]
+    assert first["steps"]["r1/train-generator"]["state"] == "Completed"
+    assert first["steps"]["r1/train-policy"]["state"] == "Completed"
+    s = Store.from_url(store)
+    gen, pol = checkpoints.latest(s, "co", "generator"), checkpoints.latest(s, "co", "policy")
+    assert gen["round"] == 1 and gen["parent"] == "default" and gen["uri"] == r1["generator"]
+    assert pol["round"] == 1 and pol["parent"] == "default"
+    assert (checkpoints.materialise(s, pol["uri"]) / "config.json").is_file()
+    con = s.connect()
+    # every generator rollout is recorded with its rewards (NULL when its rubric could not be used)
+    n_rollouts = r1["generator_update"]["rollouts"]
+    assert con.sql("SELECT count(*) FROM rewards WHERE stage = 'generator'").fetchall() == [(n_rollouts,)]
+    assert con.sql("SELECT count(*) FROM samples WHERE stage = 'policy'").fetchall() == [(r1["policy_update"]["rollouts"],)]
+    assert con.sql("SELECT count(*) FROM samples WHERE stage = 'measure' AND round = 1").fetchall() == [(4,)]
+
+    again = coevolve_flow(params)
+    assert again["steps"]["r1/train-generator"]["state"] == "Cached"
+    assert again["steps"]["r1/train-policy"]["state"] == "Cached"
+    assert again["rounds"][0]["generator"] == r1["generator"]
