@@ -61,7 +61,8 @@ final model (merged when LoRA) and its tokenizer go to ``out_dir/final``, writte
 ``out_dir/final`` returns its saved result without training again. The reward history is appended to
 ``out_dir/history.jsonl`` so a resumed run reports the whole run.
 
-On CPU: float32 (``bf16=False``), ``OMP_NUM_THREADS=1``, ``use_vllm=False`` (TRL's vLLM modes need CUDA here).
+On CPU: float32 (``bf16=False``), ``OMP_NUM_THREADS=1``, ``use_vllm=False`` (TRL's vLLM modes need CUDA here);
+several CPU processes (DeepSpeed tests) get ``ddp_backend="gloo"``, which accelerate does not pick by itself.
 Multi-GPU: ``accelerate launch --config_file infra/accelerate/zero2.yaml -m dr_core.grpo_launch ...``.
 
     python -c "from dr_core.grpo import GRPOSettings; print(GRPOSettings())"
@@ -501,6 +502,8 @@ def _train(
         deepspeed=settings.deepspeed,
         scale_rewards=scale_rewards,
         use_vllm=False,
+        # several processes without CUDA (DeepSpeed on CPU): accelerate finds no backend by itself
+        ddp_backend="gloo" if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available() else None,
         report_to="none",
         disable_tqdm=True,
     )

@@ -284,3 +284,25 @@ def test_training_resumes_from_its_last_checkpoint(tiny_llama_dir, tmp_path):
     assert result.resumed_from.endswith("checkpoint-2") and result.steps == 3
     assert [e["step"] for e in result.history] == [0, 1, 2]
     assert grpo.is_complete(tmp_path / "p" / "final")
+
+
+def test_launch_reads_rows_and_names_a_missing_field(tmp_path):
+    from dr_core.grpo_launch import load_rows, parse_args
+
+    gen = tmp_path / "gen.jsonl"
+    gen.write_text(json.dumps({"group_id": 3, "prompt": "x", "candidates": ["a", "b"], "anchors": ["c", "d"]}) + "\n")
+    assert load_rows(gen, "generator") == [GeneratorRow(3, "x", ("a", "b"), ("c", "d"))]
+    pol = tmp_path / "pol.jsonl"
+    pol.write_text(json.dumps({"group_id": 1, "prompt": "x"}) + "\n")
+    with pytest.raises(ValueError, match="prompt_id"):
+        load_rows(pol, "policy")
+    args = parse_args(["policy", "--base", "b", "--rows", "r", "--settings", "s", "--out", "o"])
+    assert args.role == "policy" and args.engines is None
+
+
+def test_importing_the_glue_loads_no_torch():
+    import subprocess
+    import sys
+
+    code = "import sys, dr_core.grpo, dr_core.grpo_launch; print(any(m in sys.modules for m in ('torch', 'trl')))"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
