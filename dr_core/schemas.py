@@ -7,7 +7,8 @@ each file, so a file read alone by URI is self-describing. Run tables are partit
 
 Conventions:
 - ``stage`` says which step of Algorithm 1 produced a row: ``generator`` (generator update), ``policy`` (policy
-  update) or ``measure`` (evaluation of the current policy's sets).
+  update), ``measure`` (evaluation of the current policy's sets), or ``stale`` / ``fresh`` (section 4.4: P(t-1)'s sets
+  scored by the stale G(t-1) and by the fresh G(t); ``flows/stale_fresh.py``).
 - ``set_id`` (int64) identifies a response set within (run_id, round, stage); ``rollout`` a rubric rollout of the
   generator for that set; ``item`` a rubric item (0-based); integers because DuckDB groups and counts them far
   faster than strings.
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-STAGES = ("generator", "policy", "measure")
+STAGES = ("generator", "policy", "measure", "stale", "fresh")
 TARGETS = ("C", "anchor")
 ROLES = ("generator", "policy")
 

@@ -193,6 +193,64 @@ def coevolve_cmd(
         write_json_atomic(json_out, result)
 
 
+@app.command("report")
+def report_cmd(
+    store: Optional[str] = typer.Option(None, "--store", envvar="DR_STORE", help="Artifact store: path or s3://bucket/prefix."),
+    run_id: str = typer.Option(..., "--run-id", help="The run to report on."),
+    out: str = typer.Option(..., "--out", help="Directory for report.html (and report.json, the numbers behind it)."),
+    examples: int = typer.Option(3, "--examples", min=0, help="Prompts shown with their rubric and verdict matrix."),
+) -> None:
+    """Write the run's gap analysis as one offline HTML page: Eq. 2 gap, rewards, saturation, accuracy, stale vs fresh."""
+    from dr_core.report import write_report
+    from dr_core.store import Store, default_store_url
+
+    try:
+        path = write_report(Store.from_url(store or default_store_url()), run_id, out, examples)
+    except ValueError as exc:
+        fail(str(exc))
+    console.print(f"report: {path}")
+
+
+@app.command("stale-fresh")
+def stale_fresh_cmd(
+    store: Optional[str] = typer.Option(None, "--store", envvar="DR_STORE", help="Artifact store: path or s3://bucket/prefix."),
+    run_id: str = typer.Option(..., "--run-id", help="A co-evolution run (dr coevolve) with at least one round."),
+    round_no: Optional[int] = typer.Option(None, "--round", min=1, help="Round t: G(t-1) vs G(t) on P(t-1)'s sets (default: latest)."),
+    preset_name: Optional[str] = typer.Option(None, "--preset", help="Round preset to use instead of the run's recorded config."),
+    config_file: Optional[str] = typer.Option(None, "--engines", help="YAML/JSON engine config per role (with --preset)."),
+    overrides: list[str] = typer.Option([], "--set", help="Override a preset field (with --preset), e.g. --set k=2."),
+) -> None:
+    """Section 4.4: score P(t-1)'s sets with the stale G(t-1) and the fresh G(t); stages 'stale' and 'fresh'."""
+    from flows.settings import configure_prefect
+
+    configure_prefect()
+    from pydantic import ValidationError
+
+    from dr_core.store import default_store_url
+
+    cfg = _load_config(preset_name, config_file, overrides) if preset_name else None
+    from flows.stale_fresh import StaleFreshParams, stale_fresh_flow
+
+    try:
+        params = StaleFreshParams(store=store or default_store_url(), run_id=run_id, round_no=round_no, config=cfg)
+        result = stale_fresh_flow(params)
+    except (ValidationError, ValueError) as exc:
+        fail(str(exc))
+    t, s = result["round"], result["summary"]
+    tab = Table(title=f"Stale vs fresh evaluator, run {run_id}, round {t}: P({t - 1})'s sets "
+                      f"({result['sets']['stage']} samples of round {result['sets']['round']})")
+    tab.add_column("")
+    tab.add_column(f"stale G({t - 1})", justify="right")
+    tab.add_column(f"fresh G({t})", justify="right")
+    for label, key in [("anchor gap (Eq. 2)", "anchor_gap"), ("spread on C (mean |S_i - S_j|)", "set_spread"),
+                       ("mean R_disc (Eq. 13)", "r_disc"), ("mean R_anchor (Eq. 15)", "r_anchor"),
+                       ("saturation", "saturation"), ("unscorable rollouts", "n_unscorable_rewards")]:
+        tab.add_row(label, *(_fmt(s[k].get(key)) if s else "n/a" for k in ("stale", "fresh")))
+    console.print(tab)
+    console.print(f"stale G({t - 1}) = {result['stale_generator']}\nfresh G({t}) = {result['fresh_generator']}\n"
+                  f"next: dr report --store {params.store} --run-id {run_id} --out DIR")
+
+
 def main() -> None:
     app()
 

@@ -1,0 +1,226 @@
+"""`dr report` from small hand-made stores (rows written with Store.write, no model): the page has its sections,
+names the gap, carries inline SVG that parses, references nothing online, escapes the data, and shows "no data" for
+what a run lacks; the stale-versus-fresh plan found from the store; the SVG charts on their own."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+import xml.etree.ElementTree as ET
+from html.parser import HTMLParser
+
+import pytest
+from typer.testing import CliRunner
+
+from dr_core import report
+from dr_core.config import DEFAULT_MODEL
+from dr_core.stale_fresh import plan
+from dr_core.store import Store
+from dr_core.svg import bar_chart, line_chart
+
+SECTIONS = ["gap", "training", "saturation", "accuracy", "stale-fresh", "examples", "cost"]
+T0 = dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc)
+
+
+def _write_stage(s: Store, run: str, t: int, stage: str, verdict_c, verdict_a, weights=(3, 1), prompt_ids=("p0", "p1")):
+    """One stage of one round: 2 sets of 2 responses, a rubric per set, verdicts on C and on 2 anchors, scores and
+    rewards consistent with them (Eq. 12: weighted share of yes)."""
+    samples, rubrics, verdicts, scores, rewards = [], [], [], [], []
+    for set_id, pid in enumerate(prompt_ids):
+        samples += [dict(stage=stage, set_id=set_id, prompt_id=pid, response_idx=i, policy_ckpt=f"P{t}",
+                         response=f"answer {i} to {pid}, see https://example.com/x <script>alert(1)</script>",
+                         prompt_tokens=20, response_tokens=30 + i) for i in range(2)]
+        rubrics += [dict(stage=stage, set_id=set_id, generator_ckpt=f"G{t}-{stage}", rollout=0, item=m,
+                         criterion=f"Does it cite a source? <b>{m}</b>", weight=w, error=None)
+                    for m, w in enumerate(weights)]
+        for target, matrix, first in (("C", verdict_c, 0), ("anchor", verdict_a, 1)):
+            for i, row in enumerate(matrix):
+                verdicts += [dict(stage=stage, set_id=set_id, rollout=0, item=m, target=target, response=first + i,
+                                  verdict=bool(v), verifier="V") for m, v in enumerate(row)]
+                scores.append(dict(stage=stage, set_id=set_id, rollout=0, target=target, response=first + i,
+                                   score=sum(w * v for w, v in zip(weights, row)) / sum(weights)))
+        rewards.append(dict(stage=stage, set_id=set_id, rollout=0, r_disc=0.1 * t, r_anchor=-0.5))
+    keys = dict(run_id=run, round=t)
+    for table, rows in (("samples", samples), ("rubrics", rubrics), ("verdicts", verdicts), ("scores", scores),
+                        ("rewards", rewards)):
+        s.write(table, rows, part=f"{stage}-{table}", **keys)
+
+
+def _store(tmp_path, *, training=True, stale_fresh=True) -> Store:
+    s = Store.from_url(str(tmp_path / "store"))
+    run = "demo"
+    s.write("prompts", [dict(prompt_id=p, prompt=f"Explain {p} in detail.") for p in ("p0", "p1")], dataset="d")
+    s.write("anchors", [dict(prompt_id=p, prompt="x", rank=r, response=f"anchor {r} of {p}", source="s")
+                        for p in ("p0", "p1") for r in (1, 2)], dataset="d")
+    # the gap closes round over round: round 0 separates both C and anchors, round 2 scores everything alike
+    _write_stage(s, run, 0, "measure", [[1, 1], [0, 0]], [[1, 1], [0, 1]])
+    _write_stage(s, run, 1, "measure", [[1, 1], [1, 0]], [[1, 1], [1, 0]])
+    _write_stage(s, run, 2, "measure", [[1, 1], [1, 1]], [[1, 1], [1, 1]])
+    if stale_fresh:
+        _write_stage(s, run, 2, "stale", [[1, 1], [1, 1]], [[1, 1], [1, 1]])
+        _write_stage(s, run, 2, "fresh", [[1, 0], [0, 1]], [[1, 1], [0, 1]])
+    if training:
+        for t in (1, 2):
+            s.write("rewards", [dict(stage="generator", set_id=0, rollout=k, r_disc=0.01 * k * t, r_anchor=-1.0 + 0.1 * k)
+                                for k in range(4)], part="generator-train-rewards", run_id=run, round=t)
+            for role in ("generator", "policy"):
+                s.write("checkpoints", [dict(role=role, uri=f"{s.url}/models/run_id={run}/round={t}/{role}",
+                                             parent=None, metrics_json=json.dumps({"steps": 2, "seconds": 30.0 + t}),
+                                             created_at=T0)], part=role, run_id=run, round=t)
+    for t in (0, 1, 2):
+        s.write("eval", [dict(benchmark="hh", checkpoint=f"G{t}", verifier="V", seed=seed, metric=m, value=v)
+                         for seed, m, v in ((0, "accuracy", 0.5 + 0.1 * t), (-1, "accuracy", 0.5 + 0.1 * t),
+                                            (-1, "ties", 0.2), (-1, "unscorable", None))],
+                part="evaluator", run_id=run, round=t)
+        s.write("runs", [dict(created_at=T0 + dt.timedelta(seconds=100 * t), status="coevolve-round-complete",
+                              config_json=json.dumps({"round": t}))], part=f"round-{t}", run_id=run)
+    return s
+
+
+class _Parser(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.ids, self.tags = [], []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+        self.ids += [v for k, v in attrs if k == "id"]
+
+
+def _check_offline(html: str) -> None:
+    assert not re.search(r"https?://", html), "the page must reference nothing online"
+    assert "<script" not in html.lower() and "<link" not in html.lower() and "@import" not in html
+    assert not re.search(r"""(src|href)\s*=\s*["'](?!#)""", html), "only in-page links"
+
+
+def test_report_has_sections_gap_svg_and_is_offline(tmp_path):
+    s = _store(tmp_path)
+    path = report.write_report(s, "demo", tmp_path / "out")
+    html = path.read_text(encoding="utf-8")
+    p = _Parser()
+    p.feed(html)
+    assert set(SECTIONS) <= set(p.ids)
+    assert "score gap" in html.lower() and "Eq. 2" in html and "relative score gap" in html
+    svgs = re.findall(r"<svg.*?</svg>", html, re.S)
+    assert len(svgs) >= 8                    # gap, R_disc, R_anchor, saturation, accuracy, stale-fresh, tokens, train
+    for svg in svgs:
+        root = ET.fromstring(svg)            # well-formed
+        assert root.find("title") is not None and len(root.findall("text")) >= 3  # title, axis names, ticks
+    assert "round 0" in html and "round 2" in html and "could not render" not in html
+    _check_offline(html)
+    # data is escaped, never markup: the response's <script> and the criterion's <b> show as text
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html and "&lt;b&gt;0&lt;/b&gt;" in html
+    assert "https:&#8203;//example.com" in html
+    assert (tmp_path / "out" / "report.json").is_file()
+
+
+def test_report_numbers(tmp_path):
+    d = report.collect(_store(tmp_path).connect(), "demo")
+    assert d["errors"] == []
+    m = {(r["round"], r["stage"]): r for r in d["metrics"]}
+    # round 0 C: scores 1 and 0 -> spread 1; anchors 1 then .25 -> Eq. 2 gap .75; round 2: everything 1 -> 0
+    assert m[(0, "measure")]["set_spread"] == pytest.approx(1.0)
+    assert m[(0, "measure")]["anchor_gap"] == pytest.approx(0.75)
+    assert m[(2, "measure")]["anchor_gap"] == 0 and m[(2, "measure")]["saturation"] == 1.0
+    sf = d["stale_fresh"]
+    assert sf["round"] == 2 and sf["stale"]["anchor_gap"] == 0 and sf["fresh"]["anchor_gap"] == pytest.approx(0.75)
+    assert sf["fresh"]["set_spread"] == pytest.approx(0.5) and sf["stale"]["saturation"] == 1.0
+    assert [(r["round"], r["step"], r["global_step"]) for r in d["training"]] == [(1, 0, 0), (1, 1, 1), (2, 0, 2),
+                                                                                   (2, 1, 3)]
+    assert [e["label"].split(":")[0] for e in d["examples"]] == [
+        "round 0, measure", "round 2, measure", "round 2, stale", "round 2, fresh"]
+    grid = d["examples"][0]["sets"][0]
+    assert grid["columns"] == ["C:0", "C:1", "anchor:1", "anchor:2"] and len(grid["items"]) == 2
+    assert grid["scores"]["C:0"] == 1.0 and grid["items"][0]["verdicts"]["C:1"] is False
+    costs = {(c["round"], c["stage"]): c for c in d["costs"]}
+    assert costs[(1, "generator")]["train_seconds"] == 31.0 and costs[(0, "measure")]["response_tokens"] == 122
+    assert [r["seconds_since_previous"] for r in d["run_log"]] == [None, 100.0, 100.0]
+
+
+def test_report_without_training_or_stale_fresh_says_no_data(tmp_path):
+    s = _store(tmp_path, training=False, stale_fresh=False)
+    html = report.write_report(s, "demo", tmp_path / "out").read_text(encoding="utf-8")
+    for sid in ("training", "stale-fresh"):
+        section = re.search(rf'<section id="{sid}">.*?</section>', html, re.S).group(0)
+        assert "no data" in section and "<svg" not in section
+    assert "dr stale-fresh" in html
+    _check_offline(html)
+
+
+def test_report_of_unknown_run_or_empty_store_never_crashes(tmp_path):
+    for store, run in ((_store(tmp_path), "nope"), (Store.from_url(str(tmp_path / "empty")), "demo")):
+        html = report.write_report(store, run, tmp_path / f"out-{run}").read_text(encoding="utf-8")
+        assert html.count("no data") >= 6 and "no data for this run id" in html
+        _check_offline(html)
+
+
+def test_report_flags_a_verifier_that_always_says_yes(tmp_path):
+    s = Store.from_url(str(tmp_path / "s"))
+    _write_stage(s, "y", 1, "measure", [[1, 1], [1, 1]], [[1, 1], [1, 1]])
+    html = report.write_report(s, "y", tmp_path / "out").read_text(encoding="utf-8")
+    assert "answered yes to every check" in html
+
+
+def test_dr_report_cli(tmp_path):
+    from flows.cli import app
+
+    s = _store(tmp_path)
+    res = CliRunner().invoke(app, ["report", "--store", s.url, "--run-id", "demo", "--out", str(tmp_path / "o")])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "o" / "report.html").is_file()
+
+
+# -- stale-versus-fresh plan --------------------------------------------------------------------------------------------
+def test_plan_finds_checkpoints_sets_and_config(tmp_path):
+    s = _store(tmp_path)
+    p = plan(s, "demo")
+    assert p["round"] == 2
+    assert p["fresh_generator"].endswith("round=2/generator") and p["stale_generator"].endswith("round=1/generator")
+    assert p["policy"].endswith("round=1/policy")
+    assert p["sets"] == {"uri": s.uri_for("samples", part="measure-samples", run_id="demo", round=1), "round": 1,
+                         "stage": "measure"}
+    assert json.loads(p["config_json"]) == {"round": 2}          # the latest record
+    p1 = plan(s, "demo", 1)
+    assert (p1["stale_generator"], p1["policy"], p1["sets"]["round"]) == (DEFAULT_MODEL, DEFAULT_MODEL, 0)
+
+
+def test_plan_says_what_is_missing(tmp_path):
+    s = _store(tmp_path, training=False)
+    with pytest.raises(ValueError, match="no generator checkpoint"):
+        plan(s, "demo")
+    with pytest.raises(ValueError, match=r"G\(2\)"):
+        plan(s, "demo", 2)
+    with pytest.raises(ValueError, match="round must be >= 1"):
+        plan(_store(tmp_path / "b"), "demo", 0)
+
+
+# -- SVG ----------------------------------------------------------------------------------------------------------------
+def test_line_chart_labels_breaks_and_single_points():
+    svg = line_chart([("gap", [(0, 0.5), (1, None), (2, 0.25), (3, 0.0)]), ("flat", [(1, 0.0)])], "round t",
+                     "gap (score units)", title="Gap", x_tick_label="round {x}", markers=[(2, "round 2 starts")])
+    root = ET.fromstring(svg)
+    texts = [t.text for t in root.iter("text")]
+    assert {"Gap", "round t", "gap (score units)", "round 0", "round 3", "round 2 starts"} <= set(texts)
+    assert len(root.findall("polyline")) == 1   # the None breaks the line: only (2, 3) is a segment of 2+ points
+    assert len(root.findall("circle")) == 4
+    with pytest.raises(ValueError):
+        line_chart([("x", [(0, None)])], "a", "b")
+
+
+def test_bar_chart_negative_and_missing_values():
+    svg = bar_chart(["gap", "R_anchor"], [("stale", [0.0, -1.5]), ("fresh", [0.3, None])], "value", title="T")
+    root = ET.fromstring(svg)
+    assert len(root.findall("rect")) == 3 + 2   # 3 bars + 2 legend swatches
+    assert "n/a" in [t.text for t in root.iter("text")]
+    with pytest.raises(ValueError):
+        bar_chart(["a"], [("g", [None])], "v")
+
+
+def test_training_with_only_unusable_rubrics_says_so(tmp_path):
+    s = Store.from_url(str(tmp_path / "s"))
+    s.write("rewards", [dict(stage="generator", set_id=0, rollout=k, r_disc=None, r_anchor=None) for k in range(2)],
+            part="generator-train-rewards", run_id="u", round=1)
+    html = report.write_report(s, "u", tmp_path / "out").read_text(encoding="utf-8")
+    section = re.search(r'<section id="training">.*?</section>', html, re.S).group(0)
+    assert "no training rollout could be scored" in section and "<svg" not in section
