@@ -4,7 +4,11 @@ P(t-1) -> P(t) of Algorithm 1, with the rewards of section 3.4 and the advantage
 Generator update (``train_generator``), one dataset row per ``GeneratorRow`` (prompt x, the current policy's
 response set C, the ranked anchor list, best first). The row's prompt is ``prompts.dynamic_generator_messages`` with
 C shown in the seeded order ``evaluator.shuffled_order(K, settings.seed, group_id)``; each of the
-``num_generations`` (G) rollouts is a rubric written from (x, C). The frozen verifier applies each rubric to C and
+``num_generations`` (G) rollouts is a rubric written from (x, C). By default (``rubric_format="lines"``) rollouts
+write one ``[w] criterion`` per line and start from the primer ``prompts.LINES_ROLLOUT_PREFIX``, which is part of
+the rollout's text for parsing: unconstrained, SmolLM2-135M wrote no parseable JSON rubric at temperature 1.0, while
+primed lines parsed 16 of 16 (it copies the prompt's example criteria often: that is a weak model's behaviour and
+exactly what R_disc penalises, since copied generic criteria rarely split the set). The frozen verifier applies each rubric to C and
 to the anchor list (``evaluator.score_rubrics``); the rewards are R_disc (Eq. 13, on C) and R_anchor (Eq. 15, on
 the anchors). They are combined at the advantage level, Eq. 24-25:
 
@@ -79,6 +83,8 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dr_core.engines.base import Engine
@@ -138,6 +144,11 @@ class GRPOSettings(BaseModel):
         0.7, ge=0, description="Policy update only: sampling temperature of the fixed G(t) writing a group's rubric."
     )
     rubric_max_tokens: int = Field(512, ge=16, description="Policy update only: most tokens of G(t)'s rubric.")
+    rubric_format: Literal["lines", "json"] = Field(
+        "lines", description="Generator update only: how rollouts write rubrics. 'lines': one '[w] criterion' per "
+        "line, the rollout primed with prompts.LINES_ROLLOUT_PREFIX (a 135M model writes parseable lines, not free "
+        "JSON); 'json': the JSON format of the structured-output prompt, unprimed (capable models)."
+    )
     logging_steps: int = Field(1, ge=1, description="TRL logs metrics every this many steps.")
 
     @model_validator(mode="after")
@@ -269,7 +280,7 @@ class GeneratorReward:
         g = self.settings.num_generations
         blocks = check_whole_groups(group_id, g)
         step = _step(trainer_state)
-        texts = [_completion_text(c) for c in completions]
+        texts = [rollout_prefix(self.settings) + _completion_text(c) for c in completions]
         ids = completion_ids if completion_ids is not None else [None] * len(texts)
         items, gens = [], []
         for i, text in enumerate(texts):
@@ -565,13 +576,25 @@ def _check_ids(rows) -> None:
         raise ValueError("group_id must be unique within one training call")
 
 
-def generator_dataset(rows: Sequence[GeneratorRow], seed: int) -> list[dict]:
-    """TRL dataset rows: the conversational generator prompt (C in the seeded shuffled order) and the group id."""
+def rollout_prefix(settings: GRPOSettings) -> str:
+    """Text every generator rollout starts with (and that its parse sees): the primer of the 'lines' format."""
+    return prompts.LINES_ROLLOUT_PREFIX if settings.rubric_format == "lines" else ""
+
+
+def generator_dataset(rows: Sequence[GeneratorRow], settings: GRPOSettings, tokenizer=None) -> list[dict]:
+    """TRL dataset rows: the generator prompt (C in the seeded shuffled order) and the group id. 'json' rollouts get
+    the conversational prompt; 'lines' rollouts a rendered text prompt (the chat template's generation prompt plus
+    the primer), because TRL's GRPO always opens a fresh assistant turn for conversational prompts."""
     out = []
     for row in rows:
-        order = shuffled_order(len(row.candidates), seed, row.group_id)
-        messages = prompts.dynamic_generator_messages(row.prompt, [row.candidates[k] for k in order])
-        out.append({"prompt": messages, "group_id": row.group_id})
+        order = shuffled_order(len(row.candidates), settings.seed, row.group_id)
+        messages = prompts.dynamic_generator_messages(row.prompt, [row.candidates[k] for k in order],
+                                                      answer=settings.rubric_format)
+        if settings.rubric_format == "lines":
+            text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+            out.append({"prompt": text + rollout_prefix(settings), "group_id": row.group_id})
+        else:
+            out.append({"prompt": messages, "group_id": row.group_id})
     return out
 
 
@@ -595,7 +618,12 @@ def train_generator(
         if len(r.anchors) < 2:
             raise ValueError(f"group {r.group_id}: the anchor list needs at least 2 ranked responses")
     reward = GeneratorReward(rows, verifier, settings, on_rollouts)
-    return _train(base_checkpoint, generator_dataset(rows, settings.seed), reward, settings, out_dir, "none")
+    tokenizer = None
+    if settings.rubric_format == "lines":
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(str(base_checkpoint))
+    return _train(base_checkpoint, generator_dataset(rows, settings, tokenizer), reward, settings, out_dir, "none")
 
 
 def train_policy(

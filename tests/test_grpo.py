@@ -102,7 +102,8 @@ def test_generator_reward_is_eq_24_25_with_floor_for_unparseable():
     texts += [_rubric_json(("greets", 4)), "", _rubric_json(("greets", 4), ("ends with !", 2)), "[1] x"]
     verifier = FakeEngine()
     records = []
-    reward = GeneratorReward(GEN_ROWS, verifier, GRPOSettings(num_generations=g, per_device_train_batch_size=g),
+    reward = GeneratorReward(GEN_ROWS, verifier, GRPOSettings(num_generations=g, per_device_train_batch_size=g,
+                                                                    rubric_format="json"),
                              on_rollouts=records.extend)
     comps = [[{"role": "assistant", "content": t}] for t in texts]
     out = reward(prompts=[None] * 8, completions=comps, completion_ids=[[1, 2]] * 8, group_id=[0] * 4 + [1] * 4)
@@ -148,7 +149,8 @@ def test_generator_reward_lambda_scales_the_anchor_advantage():
 
 
 def test_generator_reward_raises_on_a_split_group():
-    reward = GeneratorReward(GEN_ROWS, FakeEngine(), GRPOSettings(num_generations=2, per_device_train_batch_size=2))
+    reward = GeneratorReward(GEN_ROWS, FakeEngine(), GRPOSettings(num_generations=2, per_device_train_batch_size=2,
+                                                                    rubric_format="json"))
     with pytest.raises(GroupSplitError):
         reward(completions=["[1] a"] * 4, completion_ids=[[1]] * 4, group_id=[0, 1, 1, 0])
 
@@ -257,7 +259,7 @@ def test_train_generator_hands_eq_24_25_advantages_to_trl(tiny_llama_dir, tmp_pa
 def test_unparseable_rollouts_get_the_floor_and_no_advantage(tiny_llama_dir, tmp_path):
     records = []
     result = grpo.train_generator(tiny_llama_dir, GEN_ROWS[:1] + GEN_ROWS[1:], FakeEngine(),
-                                  GRPOSettings(**{**TINY, "max_steps": 1}), tmp_path / "gen",
+                                  GRPOSettings(**{**TINY, "max_steps": 1, "rubric_format": "json"}), tmp_path / "gen",
                                   on_rollouts=records.extend)
     assert records and all(r["items"] is None and r["r_disc"] == 0.0 and r["advantage"] == 0.0 for r in records)
     assert all(r["r_anchor"] == pytest.approx(anchor_floor(3)) and r["truncated"] for r in records)
@@ -306,3 +308,27 @@ def test_importing_the_glue_loads_no_torch():
 
     code = "import sys, dr_core.grpo, dr_core.grpo_launch; print(any(m in sys.modules for m in ('torch', 'trl')))"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
+
+
+def test_lines_rollouts_are_parsed_with_their_primer():
+    settings = GRPOSettings(num_generations=2, per_device_train_batch_size=2)  # rubric_format="lines" by default
+    assert grpo.rollout_prefix(settings) == "[3] The response"
+    records = []
+    reward = GeneratorReward(GEN_ROWS, FakeEngine(), settings, on_rollouts=records.extend)
+    # what the model continues after the primer
+    comps = [" greets the user.\n[5] The response mentions apple.", " x"]
+    reward(prompts=[None] * 2, completions=comps, completion_ids=[[1, 2]] * 2, group_id=[0, 0])
+    assert records[0]["items"] == [("The response greets the user.", 3), ("The response mentions apple.", 5)]
+    assert records[1]["items"] == [("The response x", 3)]
+
+
+def test_lines_dataset_renders_the_primer_after_the_generation_prompt(tiny_llama_dir):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(tiny_llama_dir))
+    rows = grpo.generator_dataset(GEN_ROWS, GRPOSettings(num_generations=2, per_device_train_batch_size=2), tok)
+    assert isinstance(rows[0]["prompt"], str) and rows[0]["prompt"].endswith("assistant\n[3] The response")
+    assert "[5] The response names at least three specific examples." in rows[0]["prompt"]
+    as_json = grpo.generator_dataset(GEN_ROWS, GRPOSettings(num_generations=2, per_device_train_batch_size=2,
+                                                             rubric_format="json"))
+    assert as_json[0]["prompt"][-1]["role"] == "user"
