@@ -1,4 +1,5 @@
-"""Every prompt the pipeline sends to a model: rubric generator (dynamic and static), frozen verifier, policy.
+"""Every prompt the pipeline sends to a model: rubric generator (dynamic and static), frozen verifier, policy,
+pairwise policy judge, scalar reward model (baseline).
 
 These templates are our own. The paper's appendix K templates are not public, so the wording here is written for
 this project and sized for small models: the rubric generator answers with one short JSON object
@@ -74,8 +75,23 @@ Write {min_items} to {max_items} yes/no criteria that separate the better respon
 look at how the candidates differ (correctness, completeness, following the instructions, safety, clarity) \
 and write criteria that some candidates meet and others do not. Give important criteria higher weights.
 
-Answer with JSON only, in this format:
-{example}"""
+{answer_format}"""
+
+#: How the generator is asked to answer: JSON (grammar-constrained by vLLM structured outputs) or one "[w] criterion"
+#: line per item (free-form GRPO rollouts of small models, which rarely write valid JSON unconstrained).
+JSON_ANSWER_FORMAT = "Answer with JSON only, in this format:\n{example}"
+LINE_RUBRIC_EXAMPLE = (
+    "[5] The response names at least three specific examples.\n"
+    "[2] The response is under 200 words."
+)
+LINES_ANSWER_FORMAT = (
+    "Answer with one criterion per line. Start each line with the weight in square brackets, then the "
+    "criterion. For example:\n{example}"
+)
+#: The start of the first line, appended after the chat template's generation prompt for "lines" rollouts: it keeps a
+#: small model in the format (measured on SmolLM2-135M: 16/16 rollouts parse with it, 1/16 with "[" alone). The
+#: first item's weight is therefore 3, the middle of the scale.
+LINES_ROLLOUT_PREFIX = "[3] The response"
 
 STATIC_GENERATOR_TEMPLATE = """Here is a user prompt.
 
@@ -122,8 +138,11 @@ def candidate_label(index: int) -> str:
     return str(index + 1)
 
 
-def dynamic_generator_messages(prompt: str, candidates: Sequence[str]) -> list[dict]:
-    """DR-Generator input: the prompt and every candidate, labelled in the given (already shuffled) order."""
+def dynamic_generator_messages(prompt: str, candidates: Sequence[str], answer: str = "json") -> list[dict]:
+    """DR-Generator input: the prompt and every candidate, labelled in the given (already shuffled) order.
+    answer: "json" (for structured output) or "lines" (one "[w] criterion" per line, for free-form rollouts)."""
+    if answer not in ("json", "lines"):
+        raise ValueError(f"answer must be 'json' or 'lines', got {answer!r}")
     if not candidates:
         raise ValueError("the dynamic generator needs at least one candidate response")
     each = min(CANDIDATE_CHARS, CANDIDATES_TOTAL_CHARS // len(candidates))
@@ -136,7 +155,8 @@ def dynamic_generator_messages(prompt: str, candidates: Sequence[str]) -> list[d
         candidates=shown,
         min_items=MIN_ITEMS,
         max_items=MAX_GEN_ITEMS,
-        example=RUBRIC_EXAMPLE,
+        answer_format=JSON_ANSWER_FORMAT.format(example=RUBRIC_EXAMPLE) if answer == "json"
+        else LINES_ANSWER_FORMAT.format(example=LINE_RUBRIC_EXAMPLE),
     )
     return [{"role": "system", "content": GENERATOR_SYSTEM}, {"role": "user", "content": user}]
 
@@ -176,3 +196,61 @@ def verifier_messages(
 def policy_messages(prompt: str) -> list[dict]:
     """DR-Policy input: answer the user's prompt."""
     return [{"role": "system", "content": POLICY_SYSTEM}, {"role": "user", "content": prompt}]
+
+
+# -- policy evaluation: the pairwise judge and the reward-model baseline (dr_core/policy_eval.py, reward_model.py) --
+#: The judge's only allowed answers (structured choice): the label of the better answer.
+JUDGE_CHOICES = ("A", "B")
+#: Character budgets of a judge prompt: the user prompt and each answer (two answers fit a 4k-token context).
+JUDGE_PROMPT_CHARS = 1500
+JUDGE_ANSWER_CHARS = 2500
+
+JUDGE_SYSTEM = (
+    "You are an impartial judge. You compare two assistant answers to the same user prompt and decide which one "
+    "is better: more helpful, correct, complete and relevant, and better at following the instructions. Do not "
+    "prefer an answer for its position or its length. Answer with one letter: A or B."
+)
+
+PAIRWISE_JUDGE_TEMPLATE = """[USER PROMPT]
+{prompt}
+[END USER PROMPT]
+
+[ANSWER A]
+{answer_a}
+[END ANSWER A]
+
+[ANSWER B]
+{answer_b}
+[END ANSWER B]
+
+Which answer is better? Answer with one letter: A or B."""
+
+#: Reward model "w/ responses" (paper Table 1-2): the candidate set goes into the user turn before the scored answer.
+REWARD_MODEL_WITH_RESPONSES_TEMPLATE = """{prompt}
+
+[CANDIDATE RESPONSES TO THIS PROMPT, FOR REFERENCE]
+{candidates}
+[END CANDIDATE RESPONSES]"""
+
+
+def pairwise_judge_messages(prompt: str, answer_a: str, answer_b: str) -> list[dict]:
+    """Pairwise judge input: the user prompt and two answers labelled A and B (the caller asks both orders)."""
+    user = PAIRWISE_JUDGE_TEMPLATE.format(
+        prompt=clip(prompt, JUDGE_PROMPT_CHARS),
+        answer_a=clip(answer_a, JUDGE_ANSWER_CHARS),
+        answer_b=clip(answer_b, JUDGE_ANSWER_CHARS),
+    )
+    return [{"role": "system", "content": JUDGE_SYSTEM}, {"role": "user", "content": user}]
+
+
+def reward_model_messages(prompt: str, response: str, candidates: Sequence[str] | None = None) -> list[dict]:
+    """Scalar reward model input: a user turn and the scored answer as the assistant turn. With ``candidates``
+    (the "w/ responses" variant) the user turn also lists the whole candidate set, labelled 1..N."""
+    user = prompt
+    if candidates:
+        each = min(CANDIDATE_CHARS, CANDIDATES_TOTAL_CHARS // len(candidates))
+        shown = "\n\n".join(
+            CANDIDATE_TEMPLATE.format(label=candidate_label(i), text=clip(c, each)) for i, c in enumerate(candidates)
+        )
+        user = REWARD_MODEL_WITH_RESPONSES_TEMPLATE.format(prompt=clip(prompt, PROMPT_CHARS), candidates=shown)
+    return [{"role": "user", "content": user}, {"role": "assistant", "content": response}]
