@@ -9,7 +9,16 @@ the Prefect tasks and the GRPO reward functions all call these.
   in static mode (RaR baseline) it sees the prompt only.
 - ``verify(engine, checks)``: yes/no verdicts by structured choice; a verdict that is not a clean yes/no, or was
   cut, or whose prompt did not fit, is ``UNSCORABLE`` (None), never 0. Identical checks are sent once and checks
-  of one response are sent next to each other so the prefix cache serves them.
+  of one response are sent next to each other so the prefix cache serves them. The verifier engine's
+  ``config.verdict_mode`` picks how a verdict is read: "choice" (above) or "calibrated" (contextual calibration,
+  Zhao et al. 2021, "Calibrate Before Use": yes iff the unconstrained first-token log-odds of yes vs no exceed
+  their average over content-free checks; ``verdict_bias``, ``yes_no_logodds``). The default is "choice":
+  measured on SmolLM2-135M (infra/benchmarks/bench_verdict_calibration.py, 24 probe checks, half yes), the
+  choice says yes to all (accuracy 0.500, the constant answer's), the calibrated verdict says no to 23 of 24
+  (0.458), and its raw log-odds order only 5 of the 12 yes/no pairs right, so no bias or threshold can make it
+  accurate; on 12 HH pairs x 2 seeds it breaks some ties (strict accuracy 0.125 vs 0.000, ties 0.79 vs 1.00,
+  yes-rate 0.07 vs 1.00) with 3 wins to 2 losses among decided pairs: noise, not signal. It stays an option for
+  verifiers whose log-odds carry the answer.
 - ``score_rubrics`` / ``evaluate_sets``: verdict matrices on the candidates (and on an optional ranked anchor
   list), Eq. 12 scores, R_disc (Eq. 13), R_anchor (Eq. 15), and what could not be scored.
 
@@ -18,13 +27,16 @@ the Prefect tasks and the GRPO reward functions all call these.
 
 from __future__ import annotations
 
+import math
 import random
 import time
+import weakref
 from dataclasses import asdict, dataclass, field
 from typing import Literal, Sequence
 
 from dr_core import prompts
-from dr_core.engines.base import Completion, Engine
+from dr_core.config import VerdictMode
+from dr_core.engines.base import PROMPT_TOO_LONG, Completion, Engine
 from dr_core.rubric import UNSCORABLE, Rubric, RubricError, parse_rubric
 from dr_core.scoring import anchor_reward, discriminability_reward, rubric_scores
 
@@ -210,23 +222,129 @@ def parse_verdict(text: str, finish_reason: str) -> int | None:
     return 1 if word == "yes" else 0 if word == "no" else UNSCORABLE
 
 
+# ------------------------------------------------------------------------------------ calibrated verdicts
+#: Top log-probabilities asked for the first token of a calibrated verdict (vLLM's default maximum).
+VERDICT_LOGPROBS = 20
+#: Content-free checks (Zhao et al. 2021 use "N/A", "" and "[MASK]"): every (prompt, response) pair with every
+#: criterion; the verifier's bias is the mean yes-vs-no log-odds over them.
+CONTENT_FREE_INPUTS = (("N/A", "N/A"), ("", ""), ("[MASK]", "[MASK]"))
+CONTENT_FREE_CRITERIA = ("N/A", "[MASK]", "The response meets the criterion.")
+#: |log-odds| cap: a verdict word missing from the top-N gets the N-th log-probability, which may be -inf.
+_LOGODDS_CAP = 50.0
+#: verifier engine -> its bias (None: its content-free checks gave no yes/no log-probabilities)
+_BIAS: "weakref.WeakKeyDictionary[Engine, float | None]" = weakref.WeakKeyDictionary()
+
+
+def _verdict_word(token: str) -> int | None:
+    """1 for a token reading yes ("yes", "Yes", " yes", "YES"), 0 for one reading no, else None."""
+    word = token.strip().lower()
+    return 1 if word == prompts.VERDICT_CHOICES[0] else 0 if word == prompts.VERDICT_CHOICES[1] else None
+
+
+def _logsumexp(xs: Sequence[float]) -> float:
+    hi = max(xs)
+    return hi if hi == -math.inf else hi + math.log(sum(math.exp(x - hi) for x in xs))
+
+
+def yes_no_logodds(top: dict[str, float] | None) -> float | None:
+    """log P(yes) - log P(no) at the first generated token, from its top-N {token text: logprob}.
+
+    Every token that reads yes (any case, any surrounding space) adds to P(yes), likewise no. A verdict word
+    absent from the top N is given the smallest log-probability shown (an upper bound on its own). None when
+    neither word is among them (nothing to read) or nothing was returned. Capped at +-50.
+    """
+    if not top:
+        return None
+    yes = [lp for t, lp in top.items() if _verdict_word(t) == 1]
+    no = [lp for t, lp in top.items() if _verdict_word(t) == 0]
+    if not yes and not no:
+        return None
+    floor = min(top.values())
+    odds = (_logsumexp(yes) if yes else floor) - (_logsumexp(no) if no else floor)
+    return max(-_LOGODDS_CAP, min(_LOGODDS_CAP, odds)) if not math.isnan(odds) else None
+
+
+def _first_logodds(out: Completion) -> float | None:
+    """Log-odds of one calibrated verification; None when the prompt did not fit or no logprobs came back."""
+    if out.finish_reasons[0] == PROMPT_TOO_LONG or not out.top_logprobs or not out.top_logprobs[0]:
+        return None
+    return yes_no_logodds(out.top_logprobs[0][0])
+
+
+def _ask_logodds(engine: Engine, checks: Sequence[Check]) -> list[Completion]:
+    return engine.chat(
+        [prompts.verifier_messages(c.prompt, c.response, c.criterion) for c in checks],
+        n=1,
+        temperature=0.0,
+        max_tokens=1,
+        logprobs=VERDICT_LOGPROBS,
+    )
+
+
+def content_free_checks() -> list[Check]:
+    return [Check(p, r, c) for p, r in CONTENT_FREE_INPUTS for c in CONTENT_FREE_CRITERIA]
+
+
+def verdict_bias(engine: Engine, stats: StageStats | None = None) -> float | None:
+    """The verifier's bias b: mean yes-vs-no log-odds on content-free checks, computed once per engine object
+    (its cost is added to ``stats`` that once). None when no content-free check gave log-probabilities."""
+    if engine in _BIAS:
+        return _BIAS[engine]
+    start = time.perf_counter()
+    outs = _ask_logodds(engine, content_free_checks())
+    if stats is not None:
+        stats.add(outs, time.perf_counter() - start)
+    odds = [o for o in map(_first_logodds, outs) if o is not None]
+    _BIAS[engine] = sum(odds) / len(odds) if odds else None
+    return _BIAS[engine]
+
+
+def calibrated_verdict(logodds: float | None, bias: float) -> int | None:
+    """1 iff the log-odds beat the content-free bias, 0 otherwise, ``UNSCORABLE`` when there are none."""
+    return UNSCORABLE if logodds is None else int(logodds - bias > 0)
+
+
+def verdict_mode_of(engine: Engine) -> VerdictMode:
+    """The engine's configured verdict mode ("choice" for engines without a config, e.g. test fakes)."""
+    return getattr(getattr(engine, "config", None), "verdict_mode", "choice")
+
+
 def verify(
     engine: Engine,
     checks: Sequence[Check],
     *,
     max_tokens: int = 4,
     structured: bool = True,
+    verdict_mode: VerdictMode | None = None,
 ) -> tuple[list[int | None], StageStats]:
     """Verdicts for every check (1 yes, 0 no, None unscorable), in input order, from one engine call.
 
     Greedy decoding. Identical checks are asked once; the rest are grouped by (prompt, response) so that checks
     sharing a prefix are adjacent in the batch.
+
+    verdict_mode: None reads the engine's ``config.verdict_mode``. "calibrated" asks for the first token's top
+    log-probabilities without the choice constraint (one token) and compares its yes-vs-no log-odds with the
+    engine's content-free bias (``verdict_bias``; its first computation is counted in the stats). It falls back
+    to "choice" when the engine does not return log-probabilities (``supports_logprobs`` False, or none came
+    back, or the content-free checks gave none) or when ``structured`` is False.
     """
     stats = StageStats()
     unique = list(dict.fromkeys(checks))
     unique.sort(key=lambda c: (c.prompt, c.response))
     if not unique:
         return [], stats
+    mode = verdict_mode or verdict_mode_of(engine)
+    if mode not in ("choice", "calibrated"):
+        raise ValueError(f"verdict_mode must be 'choice' or 'calibrated', got {mode!r}")
+    if mode == "calibrated" and structured and getattr(engine, "supports_logprobs", False):
+        bias = verdict_bias(engine, stats)
+        if bias is not None:
+            start = time.perf_counter()
+            outs = _ask_logodds(engine, unique)
+            stats.add(outs, time.perf_counter() - start)
+            if any(o.top_logprobs is not None for o in outs):
+                verdict = {c: calibrated_verdict(_first_logodds(o), bias) for c, o in zip(unique, outs)}
+                return [verdict[c] for c in checks], stats
     start = time.perf_counter()
     outs = engine.chat(
         [prompts.verifier_messages(c.prompt, c.response, c.criterion) for c in unique],

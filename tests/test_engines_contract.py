@@ -64,8 +64,27 @@ def test_prompt_too_long_is_reported_not_raised(engine):
     assert out[1].finish_reasons[0] in ("stop", FINISH_LENGTH) and out[1].completion_tokens[0] >= 1
 
 
+def test_top_logprobs_on_request_only(engine):
+    assert engine.supports_logprobs
+    q = conv("Is Paris in France? Answer yes or no.")
+    (plain,) = engine.chat([q], max_tokens=2)
+    assert plain.top_logprobs is None
+    (c,) = engine.chat([q], n=2, temperature=0.8, max_tokens=2, logprobs=5)
+    assert len(c.top_logprobs) == 2
+    for sample, k in zip(c.top_logprobs, c.completion_tokens):
+        assert len(sample) == k and all(1 <= len(pos) <= 6 for pos in sample)  # top 5 + the sampled token
+        assert all(lp <= 0 for pos in sample for lp in pos.values())
+        assert all(isinstance(t, str) for pos in sample for t in pos)
+    # greedy: the sampled first token is the most likely one shown
+    (g,) = engine.chat([q], max_tokens=1, logprobs=5)
+    first = g.top_logprobs[0][0]
+    assert max(first, key=first.get) == g.texts[0]
+
+
 @pytest.mark.parametrize(
-    "kwargs", [{"n": 0}, {"max_tokens": 0}, {"choices": []}, {"choices": ["a"], "json_schema": {"type": "object"}}]
+    "kwargs",
+    [{"n": 0}, {"max_tokens": 0}, {"choices": []}, {"choices": ["a"], "json_schema": {"type": "object"}},
+     {"logprobs": 0}, {"logprobs": 21}],
 )
 def test_bad_requests_raise_value_error(engine, kwargs):
     with pytest.raises(ValueError):

