@@ -73,6 +73,12 @@ class EngineConfig(BaseModel):
         True, description="Skip torch.compile/CUDA graphs: start-up 4 s instead of ~140 s on CPU (vllm)."
     )
     max_num_seqs: int | None = Field(None, ge=1, description="Most sequences vLLM runs at once (None: vLLM's).")
+    tensor_parallel_size: int = Field(
+        1, ge=1, description="vllm (CUDA build): GPUs one model is sharded over (tensor parallelism)."
+    )
+    data_parallel_size: int = Field(
+        1, ge=1, description="vllm (CUDA build): engine replicas that split the requests (data parallelism)."
+    )
     base_url: str | None = Field(
         None, description="openai_http only: the server's API root, e.g. http://127.0.0.1:8000/v1."
     )

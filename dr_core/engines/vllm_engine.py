@@ -83,8 +83,11 @@ class VLLMEngine(Engine):
             kwargs["max_num_seqs"] = config.max_num_seqs
         if not cpu:
             kwargs["gpu_memory_utilization"] = config.gpu_memory_utilization
+            kwargs["tensor_parallel_size"] = config.tensor_parallel_size
+            if config.data_parallel_size > 1:
+                kwargs["data_parallel_size"] = config.data_parallel_size
             if config.kv_cache_gib:
-                kwargs["kv_cache_memory_bytes"] = config.kv_cache_gib << 30
+                kwargs["kv_cache_memory_bytes"] = int(config.kv_cache_gib * (1 << 30))
         self.llm = LLM(**kwargs)
         self.tokenizer = self.llm.get_tokenizer()
 
