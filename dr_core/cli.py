@@ -201,8 +201,13 @@ def eval_evaluator(
     output: Path = typer.Option(..., "--output", "-o", help="METRICS.json"),
     limit: int = typer.Option(None, "--limit", help="evaluate the first N examples (the whole file is validated)"),
     seeds: int = typer.Option(5, "--seeds", help="AVG@N over N independently generated rubric sets (paper: 5)"),
-    mode: str = typer.Option("dynamic", "--mode", help="dynamic (generator sees the candidates) | static (RaR)"),
+    mode: str = typer.Option("dynamic", "--mode", help="dynamic (generator sees the candidates) | static (RaR) | "
+                             "reward-model (a scalar RM baseline, --reward-model DIR)"),
     config: Path = typer.Option(None, "--config", help=_CONFIG_HELP),
+    reward_model: Path = typer.Option(None, "--reward-model", help="--mode reward-model: a local HF "
+                                      "sequence-classification checkpoint with num_labels=1"),
+    with_responses: bool = typer.Option(False, "--with-responses", help="--mode reward-model: show the RM the "
+                                        "whole candidate set in the user turn (paper's 'w/ responses')"),
 ) -> None:
     """Evaluate the rubric evaluator on human-labelled data: strict accuracy, ties, unscorable, nDCG, costs."""
     from dr_core.datasets import DataError
@@ -214,11 +219,25 @@ def eval_evaluator(
         fail(f"--format must be one of {', '.join(EVAL_FORMATS)}, got {fmt!r}")
     if limit is not None and limit < 1:
         fail(f"--limit must be >= 1, got {limit}")
-    engines = _evaluator_setup(config, mode, seeds)
-    try:
-        metrics = run_eval_evaluator(data, fmt, config=engines, limit=limit, seeds=seeds, mode=mode, log=_log)
-    except (DataError, ModelError, EngineError) as exc:
-        fail(str(exc))
+    if mode == "reward-model":  # scalar reward model baseline (dr_core/reward_model.py): one pass, no seeds
+        from dr_core.reward_model import RewardModelError, run_eval_reward_model
+
+        if reward_model is None:
+            fail("--mode reward-model needs --reward-model DIR (a checkpoint with num_labels=1)")
+        try:
+            metrics = run_eval_reward_model(data, fmt, reward_model=reward_model, with_responses=with_responses,
+                                            limit=limit, log=_log)
+        except (DataError, RewardModelError, OSError) as exc:
+            fail(str(exc))
+        seeds, mode = 1, metrics["mode"]
+    else:
+        if reward_model is not None or with_responses:
+            fail("--reward-model and --with-responses go with --mode reward-model")
+        engines = _evaluator_setup(config, mode, seeds)
+        try:
+            metrics = run_eval_evaluator(data, fmt, config=engines, limit=limit, seeds=seeds, mode=mode, log=_log)
+        except (DataError, ModelError, EngineError) as exc:
+            fail(str(exc))
     write_json_atomic(output, metrics)
     tab = Table(title=f"{data.name}: {fmt}, {mode}, AVG@{seeds}", show_header=False)
     for key in ("n", "accuracy", "chance_accuracy", "ties", "unscorable", "ndcg"):
@@ -227,3 +246,66 @@ def eval_evaluator(
             tab.add_row(key, f"{val:.4f}" if isinstance(val, float) else str(val))
     console.print(tab)
     console.print(f"wrote {output}", highlight=False)
+
+
+# -- policy evaluation: pairwise win rate against a baseline, verifiable tasks (logic in dr_core/policy_eval.py) --
+@app.command("eval-policy")
+def eval_policy(
+    policy: str = typer.Option(..., "--policy", help="the policy: 'default', a checkpoint directory, or a URL"),
+    data: Path = typer.Option(..., "--data", help='JSON Lines: {"id","prompt","baseline"?} (pairwise) or '
+                              '{"prompt","answer"} (--task)'),
+    judge: str = typer.Option(None, "--judge", help="pairwise judge: 'default', a checkpoint directory, or "
+                              "http(s)://host:port/v1[#served-model-name] (an OpenAI-compatible server)"),
+    baseline: str = typer.Option(None, "--baseline", help="a model (default | checkpoint | URL) that answers too, "
+                                 "or a JSONL file of baseline answers by id; omitted: the data file's 'baseline'"),
+    task: str = typer.Option(None, "--task", help="verifiable task instead of a judge: exact | numeric | math"),
+    limit: int = typer.Option(None, "--limit", help="evaluate the first N prompts (the whole file is validated)"),
+    max_tokens: int = typer.Option(256, "--max-tokens", help="longest answer, tokens"),
+    max_model_len: int = typer.Option(4096, "--max-model-len", help="context of in-process engines, tokens"),
+    seed: int = typer.Option(0, "--seed", help="seed of generation and of the bootstrap"),
+    output: Path = typer.Option(None, "--output", "-o", help="METRICS.json (default: print only)"),
+    records: Path = typer.Option(None, "--records", help="also write per-prompt answers and verdicts (JSONL)"),
+) -> None:
+    """Does the policy answer better? Pairwise judge in both orders (win rate, ties, 95% CI), or verifiable tasks."""
+    import os
+
+    from dr_core.answers import TASKS
+    from dr_core.config import ConfigError
+    from dr_core.datasets import DataError
+    from dr_core.engines import EngineError
+    from dr_core.eval_runs import write_json_atomic, write_jsonl_atomic
+    from dr_core.model import ModelError
+    from dr_core.policy_eval import run_eval_policy
+
+    if task is not None and task not in TASKS:
+        fail(f"--task must be one of {', '.join(TASKS)}, got {task!r}")
+    if task is None and judge is None:
+        fail("--judge is required without --task: 'default', a checkpoint directory, or a server URL")
+    if limit is not None and limit < 1:
+        fail(f"--limit must be >= 1, got {limit}")
+    if max_tokens < 1:
+        fail(f"--max-tokens must be >= 1, got {max_tokens}")
+    try:
+        metrics, recs = run_eval_policy(
+            policy=policy, data=data, judge=judge, baseline=baseline, task=task, limit=limit, max_tokens=max_tokens,
+            seed=seed, max_model_len=max_model_len, api_key=os.environ.get("DR_JUDGE_API_KEY"), log=_log,
+        )
+    except (DataError, ConfigError, ValueError, ModelError, EngineError) as exc:
+        fail(str(exc))
+    if output:
+        write_json_atomic(output, metrics)
+    if records:
+        write_jsonl_atomic(records, recs)
+    tab = Table(title=f"{data.name}: {'task ' + task if task else 'pairwise, judge ' + metrics['judge']}",
+                show_header=False)
+    keys = (("n", "policy_accuracy", "baseline_accuracy", "accuracy_delta", "policy_no_answer") if task else
+            ("n", "win_rate", "win_rate_ci95", "tie_rate", "wins", "ties", "losses", "unscorable",
+             "policy_mean_chars", "baseline_mean_chars", "judge_position_a_rate"))
+    for key in keys:
+        if key in metrics:
+            val = metrics[key]
+            tab.add_row(key, f"{val:.4f}" if isinstance(val, float) else
+                        (f"[{val[0]:.3f}, {val[1]:.3f}]" if isinstance(val, list) else str(val)))
+    console.print(tab)
+    if output:
+        console.print(f"wrote {output}", highlight=False)

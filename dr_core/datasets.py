@@ -16,7 +16,7 @@ from typing import Callable, Iterator, TypeVar
 
 T = TypeVar("T")
 
-FORMATS = ("ranked", "pairwise", "listwise", "sets", "prompts", "policy_eval")
+FORMATS = ("ranked", "pairwise", "listwise", "sets", "prompts", "policy_eval", "verifiable")
 
 
 class DataError(ValueError):
@@ -69,6 +69,17 @@ class PromptRow:
     id: str
     prompt: str
     baseline: str | None = None
+
+
+@dataclass(frozen=True)
+class VerifiableRow:
+    """A prompt with a known reference answer (verifiable tasks: dr_core/answers.py). ``id`` defaults to
+    ``line-N``; ``line`` is where it came from, for errors found later (a reference its task cannot read)."""
+
+    id: str
+    prompt: str
+    answer: str
+    line: int = 0
 
 
 class _Line:
@@ -143,6 +154,18 @@ def _prompt(ln: _Line) -> PromptRow:
     return PromptRow(ln.id(), ln.str("prompt"), baseline)
 
 
+def _verifiable(ln: _Line) -> VerifiableRow:
+    ans = ln.obj.get("answer")
+    if isinstance(ans, (int, float)) and not isinstance(ans, bool):
+        ans = str(ans)
+    elif "answer" in ln.obj:
+        ans = ln.str("answer")
+    else:
+        raise ln.err("answer", "missing")
+    row_id = ln.id() if "id" in ln.obj else f"line-{ln.lineno}"
+    return VerifiableRow(row_id, ln.str("prompt"), ans, ln.lineno)
+
+
 _PARSERS: dict[str, Callable[[_Line], object]] = {
     "ranked": _ranked,
     "pairwise": _pair,
@@ -150,6 +173,7 @@ _PARSERS: dict[str, Callable[[_Line], object]] = {
     "sets": _set,
     "prompts": _prompt,
     "policy_eval": _prompt,
+    "verifiable": _verifiable,
 }
 
 

@@ -85,6 +85,24 @@ def preset(name: str, **overrides) -> RoundConfig:
     return RoundConfig(**{**PRESETS[name].model_dump(), **overrides})
 
 
+class PolicyEvalConfig(BaseModel):
+    """In-loop policy evaluation (tasks/policy_eval.py): after each policy update, P(t) against P(0) on a held-out
+    prompt slice, judged pairwise in both orders; the win rate goes to the ``eval`` table."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    data: str = Field(
+        "bundled:policy_eval_arenahard.jsonl",
+        description="Held-out prompts ({'id','prompt'} JSONL; 'bundled:NAME' or a path). They must never appear "
+        "in training prompts or anchors: sql/heldout_overlap.sql checks it before every evaluation.",
+    )
+    limit: int = Field(4, ge=1, description="Prompts of `data` evaluated per round (first N).")
+    max_tokens: int = Field(128, ge=8, description="Longest answer of P(t) and P(0), tokens (greedy).")
+    judge: EngineConfig | None = Field(
+        None, description="The pairwise judge's engine; None: the round's verifier engine (no extra model loaded)."
+    )
+
+
 class CoevolveConfig(BaseModel):
     """Algorithm 1: ``rounds`` rounds of generator update, policy update and measurement."""
 
@@ -96,6 +114,10 @@ class CoevolveConfig(BaseModel):
     policy: GRPOSettings = Field(description="GRPO settings of the policy update P(t-1) -> P(t).")
     rounds: int = Field(1, ge=1, description="T: co-evolution rounds.")
     measure_start: bool = Field(True, description="Also measure P(0) with G(0) as round 0 (the 'before' numbers).")
+    policy_eval: PolicyEvalConfig | None = Field(
+        default_factory=PolicyEvalConfig,
+        description="Win rate of P(t) against P(0) on held-out prompts after each policy update; None: skip.",
+    )
 
     @model_validator(mode="after")
     def _check(self):
@@ -147,7 +169,7 @@ def coevolve_preset(name: str, **overrides) -> CoevolveConfig:
         pol.setdefault("num_generations", k)
         pol.setdefault("per_device_train_batch_size", k)
         overrides["policy"] = pol
-    for key in ("round", "generator", "policy"):
+    for key in ("round", "generator", "policy", "policy_eval"):
         if isinstance(overrides.get(key), dict):
-            overrides[key] = {**base[key], **overrides[key]}
+            overrides[key] = {**(base[key] or {}), **overrides[key]}
     return CoevolveConfig(**{**base, **overrides})

@@ -116,6 +116,14 @@ def _fmt(v) -> str:
     return "n/a" if v is None else f"{v:.4f}" if isinstance(v, float) else str(v)
 
 
+def _win_rate_cell(r: dict) -> str:
+    pe = r.get("policy_eval")
+    if not pe:
+        return "-"
+    ci = pe.get("win_rate_ci95")
+    return f"{_fmt(pe['win_rate'])}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "") + f" (n={pe['n']})"
+
+
 def _print_coevolve(result: dict) -> None:
     rounds = result["rounds"]
     tab = Table(title=f"Co-evolution run {result['run_id']}")
@@ -139,6 +147,7 @@ def _print_coevolve(result: dict) -> None:
         ("anchor gap (Eq. 2)", lambda r: _fmt(r["measure"]["anchor_gap"])),
         ("evaluator accuracy, eval slice (strict)", lambda r: f"{_fmt(r['measure']['eval_accuracy'])} (n={r['measure']['eval_n']})"),
         ("unscorable verdicts", lambda r: f"{r['measure']['unscorable_verdicts']}/{r['measure']['verdicts']}"),
+        ("win rate P(t) vs P(0), held-out [95% CI] (tasks/policy_eval.py)", _win_rate_cell),
     ]
     for label, get in rows:
         tab.add_row(label, *(get(r) for r in rounds))

@@ -8,6 +8,7 @@ the verifier stays frozen. For t = 1..T:
   2. generator update G(t-1) -> G(t): GRPO on R_disc + lam R_anchor            (tasks/train.py)
   3. policy update P(t-1) -> P(t): GRPO on Eq. 12 scores from the fixed G(t)  (tasks/train.py)
   4. measure P(t) with G(t): sets, rubrics, verdicts, scores, gap, accuracy    (flows/round.py::measure)
+  5. win rate of P(t) against P(0) on held-out prompts, pairwise judge        (tasks/policy_eval.py)
 Round 0 (``measure_start``) measures P(0) with G(0): the "before" numbers. Every step is a cached, retryable task:
 re-running a finished round does no training and no model work.
 """
@@ -24,6 +25,7 @@ from dr_core.presets import CoevolveConfig, RoundConfig, coevolve_preset
 from dr_core.store import Store, default_store_url
 from flows.round import measure, run_step
 from tasks import round as steps
+from tasks import policy_eval as policy_eval_task
 from tasks import train
 from tasks.runtime import model_id, result_storage
 
@@ -84,9 +86,15 @@ def coevolve_flow(params: CoevolveParams) -> dict:
         gen, pol = new_gen, new_pol
         m = measure(with_models(cfg.round, st, gen, pol), store, run, t, storage, log, inputs=inputs,
                     prefix=f"r{t}/")
+        # -- policy evaluation hook (tasks/policy_eval.py): P(t) vs P(0) on held-out prompts -> eval table --
+        pe = None if cfg.policy_eval is None else run_step(
+            policy_eval_task.evaluate_policy.with_options(**opts), log, f"r{t}/evaluate-policy", cfg, pol, store, run, t)
+        if pe is not None:  # served from another run's cache: copy its eval rows into this run's partition
+            pe = run_step(steps.adopt, log, f"r{t}/adopt-policy-eval", {"eval": pe}, store, run, t)["eval"]
         run_step(steps.record_run, log, f"r{t}/record-run", cfg.round, store, run, t, "coevolve-round-complete")
         rounds.append({
             "round": t, "generator": gen["uri"], "policy": pol["uri"], "measure": m["summary"],
+            "policy_eval": pe["metrics"] if pe else None,
             "generator_update": {k: _num(new_gen.get(k)) for k in ("reward_first", "reward_last")}
             | {k: new_gen.get(k) for k in ("steps", "seconds", "unparseable", "rollouts")},
             "policy_update": {k: _num(new_pol.get(k)) for k in ("reward_first", "reward_last")}

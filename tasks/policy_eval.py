@@ -1,0 +1,66 @@
+"""Prefect task of the in-loop policy evaluation: P(t) against P(0) on a held-out prompt slice, judged pairwise in
+both orders (``dr_core.policy_eval``), one ``eval`` row per metric (benchmark ``<data>.vs-P0``, checkpoint P(t),
+verifier = the judge). Called by flows/coevolve.py after each policy update.
+
+Before any model work it writes the held-out prompts to the ``prompts`` table (dataset ``heldout-<name>``) and runs
+the audit ``sql/heldout_overlap.sql`` over the whole store: a held-out prompt that is also an anchor prompt or a
+prompt the policy was sampled on stops the run (ValueError: bad input, not retried).
+
+Cached by content like tasks/round.py: the checkpoint refs count by their sha256, so re-running a finished round
+does no model work. Unit-test the body with ``evaluate_policy.fn(cfg, policy_ref, store, run_id, round_no)``.
+"""
+
+from __future__ import annotations
+
+from prefect import task
+
+from dr_core import checkpoints, policy_eval, sql
+from dr_core.config import DEFAULT_MODEL, EngineConfig
+from dr_core.datasets import load
+from dr_core.pipeline import dataset_name, resolve_data
+from dr_core.presets import CoevolveConfig
+from dr_core.store import Store
+from tasks.round import MODEL_STEP
+from tasks.runtime import engine_for, model_id, write_ref
+
+
+def _policy_engine(cfg: CoevolveConfig, s: Store, ref: dict) -> EngineConfig:
+    """The round's policy engine pointed at the checkpoint ``ref`` (``default``: the backbone P(0) as configured)."""
+    base = cfg.round.engines.policy
+    if ref["uri"] == DEFAULT_MODEL:
+        return base
+    return base.model_copy(update={"model": str(checkpoints.materialise(s, ref["uri"]))})
+
+
+def heldout_overlap(s: Store, dataset: str) -> list[dict]:
+    """Rows of the audit sql/heldout_overlap.sql for this held-out dataset (must be empty)."""
+    return sql.run(s.connect(), "heldout_overlap", {"heldout": dataset}).to_pylist()
+
+
+@task(name="evaluate-policy", **MODEL_STEP)
+def evaluate_policy(cfg: CoevolveConfig, policy: dict, store: str, run_id: str, round_no: int) -> dict:
+    """Win rate of P(t) (checkpoint ref ``policy``) against P(0) on ``cfg.policy_eval.data``; eval rows written."""
+    pe = cfg.policy_eval
+    s = Store.from_url(store)
+    path = resolve_data(pe.data)
+    rows = load(path, "policy_eval", pe.limit)
+    ds = "heldout-" + dataset_name(pe.data)
+    write_ref(s, "prompts", [{"dataset": ds, "prompt_id": r.id, "prompt": r.prompt, "baseline": r.baseline}
+                             for r in rows], "heldout", dataset=ds)
+    overlap = heldout_overlap(s, ds)
+    if overlap:
+        shown = ", ".join(f"{o['heldout_prompt_id']} ({o['source']} {o['dataset']}/{o['prompt_id']})" for o in overlap[:5])
+        raise ValueError(f"{path}: {len(overlap)} held-out prompt(s) also used in training or anchors: {shown}")
+    pol_cfg = _policy_engine(cfg, s, policy)
+    base_cfg = cfg.round.engines.policy
+    judge_cfg = pe.judge or cfg.round.engines.verifier
+    metrics, _records = policy_eval.evaluate_pairwise(
+        engine_for(pol_cfg), engine_for(judge_cfg), rows, baseline=engine_for(base_cfg),
+        max_tokens=pe.max_tokens, seed=cfg.round.seed,
+    )
+    eval_rows = policy_eval.eval_rows(metrics, benchmark=f"{dataset_name(pe.data)}.vs-P0", checkpoint=policy["sha256"],
+                                      judge=model_id(judge_cfg), seed=cfg.round.seed)
+    ref = write_ref(s, "eval", eval_rows, "policy-eval", run_id=run_id, round=round_no)
+    keep = ("n", "unscorable", "win_rate", "tie_rate", "win_rate_ci95", "policy_mean_chars", "baseline_mean_chars",
+            "judge_position_a_rate", "judge")
+    return ref | {"metrics": {k: metrics[k] for k in keep}}

@@ -1,0 +1,69 @@
+"""dr eval-policy on the real default model (policy and judge) against the shipped Arena-Hard baseline answers, a
+verifiable math task, and the in-loop task writing the win rate to the eval table. Kept to 2 prompts and short
+answers: a couple of minutes on a 2-core CPU."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from dr_core.cli import app
+from dr_core.paths import bundled
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+runner = CliRunner()
+
+
+def test_eval_policy_default_model_against_shipped_baselines(default_model_dir, tmp_path):
+    pytest.importorskip("vllm", reason="vllm (the cpu or gpu extra) is not installed")
+    out, recs = tmp_path / "m.json", tmp_path / "r.jsonl"
+    res = runner.invoke(app, ["eval-policy", "--policy", "default", "--judge", "default", "--data",
+                              str(bundled("policy_eval_arenahard.jsonl")), "--limit", "2", "--max-tokens", "32",
+                              "--max-model-len", "2048", "--output", str(out), "--records", str(recs)])
+    assert res.exit_code == 0, res.output
+    m = json.loads(out.read_text())
+    assert m["n"] == 2 and m["judge_verdicts"] == 4
+    assert m["judge_invalid"] == 0                      # structured choice: always "A" or "B"
+    assert m["scored"] + m["unscorable"] == 2 and 0 <= m["win_rate"] <= 1
+    assert m["wins"] + m["ties"] + m["losses"] == m["scored"]
+    lo, hi = m["win_rate_ci95"]
+    assert lo <= m["win_rate"] <= hi
+    assert m["policy_mean_tokens"] <= 32 and m["baseline_mean_chars"] > 0 and m["baseline"] == "data:baseline"
+    assert m["judge"] == m["policy"]
+    lines = [json.loads(x) for x in recs.read_text().splitlines()]
+    assert [r["judge_policy_as_a"] in ("A", "B") for r in lines] == [True, True]
+
+
+def test_eval_policy_verifiable_math(default_model_dir, tmp_path):
+    pytest.importorskip("vllm", reason="vllm (the cpu or gpu extra) is not installed")
+    data = tmp_path / "math.jsonl"
+    data.write_text('{"prompt": "What is 1/2 as a decimal? Put the answer in \\\\boxed{}.", "answer": "0.5"}\n'
+                    '{"prompt": "What is 2+3? Put the answer in \\\\boxed{}.", "answer": "5"}\n')
+    out = tmp_path / "m.json"
+    res = runner.invoke(app, ["eval-policy", "--policy", "default", "--task", "math", "--data", str(data),
+                              "--max-tokens", "48", "--max-model-len", "2048", "--output", str(out)])
+    assert res.exit_code == 0, res.output
+    m = json.loads(out.read_text())
+    assert m["n"] == 2 and m["task"] == "math" and m["policy_accuracy"] in (0.0, 0.5, 1.0)
+
+
+def test_in_loop_task_writes_win_rate_rows(test_engine_config, tmp_path):
+    """P(0) against itself: greedy answers are identical, so a judge that is consistent at all can only tie."""
+    from dr_core import sql
+    from dr_core.config import EnginesConfig
+    from dr_core.presets import coevolve_preset
+    from dr_core.store import Store
+    from tasks.policy_eval import evaluate_policy
+    from tasks.train import default_ref
+
+    eng = test_engine_config.model_dump()
+    cfg = coevolve_preset("tiny", round={"engines": EnginesConfig(generator=eng, verifier=eng, policy=eng).model_dump()},
+                          policy_eval={"limit": 2, "max_tokens": 24})
+    store = str(tmp_path / "store")
+    ref = evaluate_policy.fn(cfg, default_ref(), store, "run", 1)
+    assert ref["metrics"]["n"] == 2 and ref["metrics"]["win_rate"] == 0.5 and ref["metrics"]["tie_rate"] == 1.0
+    rows = sql.run(Store.from_url(store).connect(), "eval_summary", {"run_id": "run"}).to_pylist()
+    got = {r["metric"]: r for r in rows}
+    assert got["win_rate"]["mean"] == 0.5 and got["win_rate"]["round"] == 1
+    assert got["win_rate"]["benchmark"] == "policy-eval-arenahard.vs-P0"
+    assert {"tie_rate", "win_rate_ci_low", "win_rate_ci_high", "policy_mean_chars"} <= set(got)
