@@ -371,7 +371,7 @@ def run_eval_policy(*, policy: str, data: str | Path, judge: str | None = None, 
         engines.close()
     metrics.update({
         "input": str(data), "limit": limit, "max_tokens": max_tokens, "seed": seed, "policy": names["policy"],
-        "baseline": names.get("baseline") or ("file:" + str(baseline) if baseline else "data:baseline"),
+        "baseline": names.get("baseline") or (f"file:{baseline}" if baseline else None if task else "data:baseline"),
         "startup_seconds": round(engines.startup_s, 2), "seconds": round(time.perf_counter() - t0, 2),
     })
     return metrics, records
