@@ -58,7 +58,10 @@ class RoundConfig(BaseModel):
         return self
 
 
-_PAPER_ENGINE = EngineConfig(dtype="bfloat16", max_model_len=32768, enforce_eager=False)
+#: One 8B role on GPUs: sharded over 2 GPUs (tensor parallel; 32K context for the generator's 24K-token inputs), 2
+#: replicas (data parallel): 4 GPUs a role. Adjust to your node with an engines file.
+_PAPER_ENGINE = EngineConfig(dtype="bfloat16", max_model_len=32768, enforce_eager=False, tensor_parallel_size=2,
+                             data_parallel_size=2)
 
 PRESETS: dict[str, RoundConfig] = {
     "tiny": RoundConfig(preset="tiny"),
@@ -136,7 +139,7 @@ def _coevolve_presets() -> dict[str, CoevolveConfig]:
         "tiny": CoevolveConfig(
             preset="tiny",
             round=tiny,
-            generator=GRPOSettings(learning_rate=5e-6, num_generations=4, max_completion_length=192,
+            generator=GRPOSettings(learning_rate=5e-6, num_generations=4, max_completion_length=128,
                                    per_device_train_batch_size=4, max_steps=2, save_steps=1, temperature=1.0),
             policy=GRPOSettings(learning_rate=1e-6, num_generations=tiny.k, max_completion_length=64,
                                 per_device_train_batch_size=tiny.k, max_steps=2, save_steps=1,
@@ -147,7 +150,7 @@ def _coevolve_presets() -> dict[str, CoevolveConfig]:
             round=paper,
             generator=GRPOSettings(learning_rate=5e-6, num_generations=8, max_completion_length=8192,
                                    per_device_train_batch_size=8, gradient_accumulation_steps=32, max_steps=100,
-                                   save_steps=10, bf16=True),
+                                   save_steps=10, bf16=True, rubric_format="json"),
             policy=GRPOSettings(learning_rate=1e-6, num_generations=8, max_completion_length=8192,
                                 per_device_train_batch_size=8, gradient_accumulation_steps=32, max_steps=100,
                                 save_steps=10, bf16=True, rubric_max_tokens=8192),
