@@ -21,15 +21,7 @@ def _load_config(preset_name: str, config_file: Optional[str], overrides: list[s
     from dr_core.config import ConfigError, load_engines_config
     from dr_core.presets import preset
 
-    fields: dict = {}
-    for item in overrides:
-        if "=" not in item:
-            fail(f"--set {item!r}: expected FIELD=VALUE, e.g. --set n_prompts=2")
-        k, v = item.split("=", 1)
-        try:
-            fields[k] = json.loads(v)
-        except json.JSONDecodeError:
-            fields[k] = v
+    fields = _overrides(overrides)
     try:
         if config_file:
             fields["engines"] = load_engines_config(config_file)
@@ -88,8 +80,12 @@ def round_cmd(
     except ValidationError as exc:
         fail(str(exc))
     console.print(f"[bold]dr round[/] preset={cfg.preset} store={params.store} run_id={run_id} round={round_no}")
-    result = round_flow(params)
-    _print_round(result)
+    _finish(round_flow(params), _print_round, json_out)
+
+
+def _finish(result: dict, show, json_out: Optional[str]) -> None:
+    """Print a flow's result table and, if asked, write the whole result as JSON (atomically)."""
+    show(result)
     if json_out:
         from dr_core.eval_runs import write_json_atomic
 
@@ -194,12 +190,7 @@ def coevolve_cmd(
     except (ValidationError, ValueError, ConfigError) as exc:
         fail(str(exc))
     console.print(f"[bold]dr coevolve[/] preset={cfg.preset} rounds={rounds} store={params.store} run_id={run_id}")
-    result = coevolve_flow(params)
-    _print_coevolve(result)
-    if json_out:
-        from dr_core.eval_runs import write_json_atomic
-
-        write_json_atomic(json_out, result)
+    _finish(coevolve_flow(params), _print_coevolve, json_out)
 
 
 @app.command("report")
