@@ -129,12 +129,14 @@ def collect(con: duckdb.DuckDBPyConnection, run_id: str, n_examples: int = 3) ->
                                                    "n_sets": n_examples}, errors))}
         for label, t, stage in views
     ]
+    summary = _query(con, "eval_summary", p, errors)
     return {
         "run_id": run_id,
         "generated_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "metrics": metrics,
         "training": _query(con, "training_rewards", p, errors),
-        "eval": [r for r in _query(con, "eval_summary", p, errors) if r["metric"] in ("accuracy", "ties", "unscorable")],
+        "eval": [r for r in summary if r["metric"] in ("accuracy", "ties", "unscorable")],
+        "win_rate": [r for r in summary if r["metric"] in WIN_METRICS],
         "stale_fresh": sf,
         "examples": examples,
         "costs": _query(con, "stage_costs", p, errors),
@@ -250,6 +252,31 @@ def _eval_section(d: dict) -> str:
     intro = ("Strict accuracy of generator + frozen verifier on the preset's held-out preference slice (eval table): "
              "a tie or an unscorable example counts as wrong. Mean over rubric seeds (AVG@N).")
     return _section("accuracy", "Evaluator accuracy per round", intro, chart + table)
+
+
+#: The eval-table metrics of the in-loop policy evaluation (tasks/policy_eval.py): P(t) against P(0).
+WIN_METRICS = ("win_rate", "tie_rate", "win_rate_ci_low", "win_rate_ci_high", "n", "unscorable")
+
+
+def _win_rate_section(d: dict) -> str:
+    rows_in = d.get("win_rate") or []
+    wins = [r for r in rows_in if r["metric"] == "win_rate"]
+    benches = sorted({r["benchmark"] for r in wins})
+    chart = _chart(line_chart, [(b, [(r["round"], r["mean"]) for r in wins if r["benchmark"] == b]) for b in benches],
+                   "round t (policy P(t) after the update)", "win rate against P(0) (share, 0..1; ties count 1/2)",
+                   title="Policy win rate per round, held-out prompts", x_tick_label="round {x}") if wins else NO_DATA
+    by = defaultdict(dict)
+    for r in rows_in:
+        by[(r["round"], r["benchmark"], r["checkpoint"], r["verifier"])][r["metric"]] = r.get("mean")
+    rows = [[_n(t), _t(b), _t(c), _t(j), _n(v.get("win_rate")), _n(v.get("tie_rate")),
+             f"[{_n(v.get('win_rate_ci_low'))}, {_n(v.get('win_rate_ci_high'))}]", _n(v.get("n")),
+             _n(v.get("unscorable"))] for (t, b, c, j), v in sorted(by.items())]
+    table = _table(["round", "benchmark", "policy checkpoint", "judge", "win rate", "tie rate", "95% CI", "n",
+                    "unscorable"], rows) if rows else ""
+    intro = ("After each policy update P(t) answers held-out prompts (never used in training or as anchors: "
+             "sql/heldout_overlap.sql) against P(0); a pairwise judge compares each pair in both orders, a split "
+             "verdict is a tie counted as half. 0.5 means no measurable difference.")
+    return _section("win-rate", "Policy win rate per round", intro, chart + table)
 
 
 def _stale_fresh_section(d: dict) -> str:
@@ -395,7 +422,8 @@ def render_html(d: dict, store_url: str = "") -> str:
     """The report page for ``collect``'s data: one HTML string, no external references."""
     sections = []
     for sid, render in (("gap", _gap_section), ("training", _training_section), ("saturation", _saturation_section),
-                        ("accuracy", _eval_section), ("stale-fresh", _stale_fresh_section),
+                        ("accuracy", _eval_section), ("win-rate", _win_rate_section),
+                        ("stale-fresh", _stale_fresh_section),
                         ("examples", _examples_section), ("cost", _cost_section)):
         try:
             sections.append(render(d))
@@ -403,7 +431,8 @@ def render_html(d: dict, store_url: str = "") -> str:
             sections.append(_section(sid, sid, "", f'<p class="nodata">no data (could not render: {_t(repr(exc))})</p>'))
     nav = "".join(f'<a href="#{sid}">{_t(label)}</a>' for sid, label in [
         ("gap", "score gap"), ("training", "training rewards"), ("saturation", "saturation"),
-        ("accuracy", "accuracy"), ("stale-fresh", "stale vs fresh"), ("examples", "rubric examples"),
+        ("accuracy", "accuracy"), ("win-rate", "policy win rate"), ("stale-fresh", "stale vs fresh"),
+        ("examples", "rubric examples"),
         ("cost", "cost")])
     errors = ("<h2>Query errors</h2><pre>" + _t("\n".join(d["errors"])) + "</pre>") if d["errors"] else ""
     return (

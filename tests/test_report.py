@@ -19,7 +19,7 @@ from dr_core.stale_fresh import plan
 from dr_core.store import Store
 from dr_core.svg import bar_chart, line_chart
 
-SECTIONS = ["gap", "training", "saturation", "accuracy", "stale-fresh", "examples", "cost"]
+SECTIONS = ["gap", "training", "saturation", "accuracy", "win-rate", "stale-fresh", "examples", "cost"]
 T0 = dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc)
 
 
@@ -73,6 +73,11 @@ def _store(tmp_path, *, training=True, stale_fresh=True) -> Store:
                          for seed, m, v in ((0, "accuracy", 0.5 + 0.1 * t), (-1, "accuracy", 0.5 + 0.1 * t),
                                             (-1, "ties", 0.2), (-1, "unscorable", None))],
                 part="evaluator", run_id=run, round=t)
+        if t:
+            s.write("eval", [dict(benchmark="arena.vs-P0", checkpoint=f"P{t}", verifier="J", seed=-1, metric=m, value=v)
+                             for m, v in (("win_rate", 0.5 + 0.1 * t), ("tie_rate", 0.3), ("win_rate_ci_low", 0.4),
+                                          ("win_rate_ci_high", 0.9), ("n", 4.0), ("unscorable", 0.0))],
+                    part="policy-eval", run_id=run, round=t)
         s.write("runs", [dict(created_at=T0 + dt.timedelta(seconds=100 * t), status="coevolve-round-complete",
                               config_json=json.dumps({"round": t}))], part=f"round-{t}", run_id=run)
     return s
@@ -224,3 +229,11 @@ def test_training_with_only_unusable_rubrics_says_so(tmp_path):
     html = report.write_report(s, "u", tmp_path / "out").read_text(encoding="utf-8")
     section = re.search(r'<section id="training">.*?</section>', html, re.S).group(0)
     assert "no training rollout could be scored" in section and "<svg" not in section
+
+
+def test_report_shows_policy_win_rate_per_round(tmp_path):
+    html = report.write_report(_store(tmp_path), "demo", tmp_path / "out").read_text(encoding="utf-8")
+    assert 'id="win-rate"' in html and "Policy win rate per round" in html
+    assert "0.7000" in html and "[0.4000, 0.9000]" in html  # round 2 win rate and its interval
+    bare = report.write_report(_store(tmp_path / "b", training=False), "nothing-here", tmp_path / "out2")
+    assert "Policy win rate per round" in bare.read_text(encoding="utf-8")
