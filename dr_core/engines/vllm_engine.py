@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import gc
 import os
+import weakref
 
 from dr_core.config import EngineConfig
 from dr_core.engines.base import (
@@ -31,6 +32,14 @@ from dr_core.engines.base import (
     merge_logprobs,
 )
 from dr_core.model import resolve_model
+
+#: In-process engines still open. vLLM keeps its distributed state (process groups) per process and every
+#: in-process engine shares it; closing one engine must not tear it down under the others.
+_OPEN: "weakref.WeakSet[VLLMEngine]" = weakref.WeakSet()
+
+
+def _release_memory_only(*_args, **_kwargs) -> None:
+    gc.collect()
 
 
 def _cpu_build() -> bool:
@@ -90,6 +99,7 @@ class VLLMEngine(Engine):
                 kwargs["kv_cache_memory_bytes"] = int(config.kv_cache_gib * (1 << 30))
         self.llm = LLM(**kwargs)
         self.tokenizer = self.llm.get_tokenizer()
+        _OPEN.add(self)
 
     def render(self, conversation: Conversation) -> list[int]:
         """Token ids of the prompt the model sees (chat template with the assistant turn opened)."""
@@ -152,7 +162,24 @@ class VLLMEngine(Engine):
         self.llm.reset_prefix_cache()
 
     def close(self) -> None:
-        if getattr(self, "llm", None) is not None:
-            del self.llm
-            self.llm = None
-            gc.collect()
+        """Free the model. vLLM's EngineCore.shutdown() also tears down the process-wide distributed state
+        (``cleanup_dist_env_and_memory``); while other in-process engines are open that part is skipped, or they
+        would fail with "pipeline model parallel group is not initialized"."""
+        llm = getattr(self, "llm", None)
+        if llm is None:
+            return
+        self.llm = None
+        _OPEN.discard(self)
+        client = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+        if client is not None and hasattr(client, "shutdown"):
+            import vllm.v1.engine.core as core
+
+            original = core.cleanup_dist_env_and_memory
+            if any(e.llm is not None for e in _OPEN):
+                core.cleanup_dist_env_and_memory = _release_memory_only
+            try:
+                client.shutdown()
+            finally:
+                core.cleanup_dist_env_and_memory = original
+        del llm, client
+        gc.collect()
