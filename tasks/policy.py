@@ -53,15 +53,20 @@ def _canonical(value: Any) -> Any:
     return value
 
 
-def content_cache_key(context, parameters: dict[str, Any]) -> str:
-    """Prefect ``cache_key_fn``: task name + code version + canonical inputs. Run ids and the store URL are left
-    out on purpose (see module docstring)."""
+def content_key(task_name: str, parameters: dict[str, Any]) -> str:
+    """SHA-256 of a task's name, the code version and its canonical inputs (run id, store and round left out)."""
     payload = {
-        "task": context.task.name,
+        "task": task_name,
         "code": code_version(),
         "inputs": _canonical({k: v for k, v in parameters.items() if k not in {"run_id", "store", "round_no"}}),
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def content_cache_key(context, parameters: dict[str, Any]) -> str:
+    """Prefect ``cache_key_fn``: ``content_key`` of the task run. Run ids and the store URL are left out on purpose
+    (see module docstring)."""
+    return content_key(context.task.name, parameters)
 
 
 def is_transient(exc: BaseException) -> bool:

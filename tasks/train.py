@@ -7,11 +7,12 @@ beside the store (``<store>/models/...``) and registers it in the ``checkpoints`
 A checkpoint reference is ``{"uri", "sha256"}``: ``uri`` is where it lives (``default`` for the prepared default
 model), ``sha256`` its identity (a hash of its files), which is what the cache key sees. So a re-run of a finished
 round does no training, and a failed training resumes from TRL's last checkpoint in the same scratch directory
-(``<cache>/train/<run>/round-<t>/<role>``) when Prefect retries it or the user re-runs.
+(``<cache>/train/<role>/<content key>``) when Prefect retries it or the user re-runs.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from prefect import task
@@ -23,7 +24,7 @@ from dr_core.grpo import train_policy as grpo_train_policy
 from dr_core.paths import cache_dir
 from dr_core.presets import CoevolveConfig
 from dr_core.store import Store
-from tasks.policy import content_cache_key, retry_on_transient
+from tasks.policy import content_cache_key, content_key, retry_on_transient
 from tasks.runtime import engine_for, model_id, write_ref
 
 TRAIN_STEP = dict(
@@ -50,8 +51,21 @@ def local_dir(store: Store, ref: dict) -> Path:
     return checkpoints.materialise(store, ref["uri"])
 
 
-def _scratch(run_id: str, round_no: int, role: str) -> Path:
-    return cache_dir() / "train" / run_id / f"round-{round_no}" / role
+def _scratch(role: str, inputs: dict) -> Path:
+    """TRL's working directory for one update, named by the update's content key: the same inputs resume there after
+    a crash; any other inputs (another store, config or parent) never reuse its checkpoints."""
+    return cache_dir() / "train" / role / content_key(f"train-{role}", inputs)[:20]
+
+
+def _rollouts(sink: training_records.RolloutSink, scratch: Path) -> training_records.RolloutSink:
+    """Keep the rollout records beside the training output, so an update finished earlier (TRL returns its saved
+    result without training) still writes its rollouts to this store."""
+    path = scratch / "rollouts.jsonl"
+    if sink.records:
+        path.write_text("".join(json.dumps(r, default=str) + "\n" for r in sink.records), encoding="utf-8")
+    elif path.exists():
+        sink.records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    return sink
 
 
 def _finish(s: Store, result, role: str, base: dict, run_id: str, round_no: int, metrics: dict) -> dict:
@@ -76,9 +90,11 @@ def train_generator(cfg: CoevolveConfig, prompts: dict, samples: dict, anchors: 
     rows = training_records.generator_rows(p, c, a)
     sink = training_records.RolloutSink(base["sha256"], verifier_model, cfg.generator.num_generations,
                                         anchor_ranks=training_records.anchor_ranks(p, c, a))
+    scratch = _scratch("generator", dict(cfg=cfg, prompts=prompts, samples=samples, anchors=anchors, base=base,
+                                         verifier=verifier_model))
     result = grpo_train_generator(local_dir(s, base), rows, engine_for(cfg.round.engines.verifier), cfg.generator,
-                                  _scratch(run_id, round_no, "generator"), on_rollouts=sink)
-    for table, trows in sink.generator_tables().items():
+                                  scratch, on_rollouts=sink)
+    for table, trows in _rollouts(sink, scratch).generator_tables().items():
         if trows:
             write_ref(s, table, trows, f"generator-train-{table}", run_id=run_id, round=round_no)
     metrics = _metrics(result) | {
@@ -97,9 +113,11 @@ def train_policy(cfg: CoevolveConfig, prompts: dict, base: dict, generator: dict
     rows = training_records.policy_rows(pipeline.rows_of(s.read(prompts["uri"])))
     sink = training_records.RolloutSink(base["sha256"], verifier_model, cfg.policy.num_generations,
                                         generator=generator["sha256"])
+    scratch = _scratch("policy", dict(cfg=cfg, prompts=prompts, base=base, generator=generator,
+                                      verifier=verifier_model))
     result = grpo_train_policy(local_dir(s, base), rows, engine_for(gen_cfg), engine_for(cfg.round.engines.verifier),
-                               cfg.policy, _scratch(run_id, round_no, "policy"), on_rollouts=sink)
-    for table, trows in sink.policy_tables().items():
+                               cfg.policy, scratch, on_rollouts=sink)
+    for table, trows in _rollouts(sink, scratch).policy_tables().items():
         if trows:
             write_ref(s, table, trows, f"policy-train-{table}", run_id=run_id, round=round_no)
     metrics = _metrics(result) | {

@@ -73,7 +73,7 @@ def test_top_logprobs_on_request_only(engine):
     assert len(c.top_logprobs) == 2
     for sample, k in zip(c.top_logprobs, c.completion_tokens):
         assert len(sample) == k and all(1 <= len(pos) <= 6 for pos in sample)  # top 5 + the sampled token
-        assert all(lp <= 1e-4 for pos in sample for lp in pos.values())  # log-probabilities (float rounding)
+        assert all(lp <= 1e-4 for pos in sample for lp in pos.values())  # log-probabilities (float rounding only)
         assert all(isinstance(t, str) for pos in sample for t in pos)
     # greedy: the sampled first token is the most likely one shown
     (g,) = engine.chat([q], max_tokens=1, logprobs=5)

@@ -42,7 +42,8 @@ def _top_logprobs(choice: dict) -> tuple[dict[str, float], ...]:
     positions = []
     for pos in content:
         pairs = [(t["token"], t["logprob"]) for t in pos.get("top_logprobs") or []]
-        pairs.append((pos["token"], pos["logprob"]))  # the sampled token, as vLLM's own output includes it
+        if not any(t == pos["token"] for t, _ in pairs):  # the sampled token, as vLLM's own output includes it,
+            pairs.append((pos["token"], pos["logprob"]))  # once: it is usually among the top ones already
         positions.append(merge_logprobs(pairs) if pairs else {})
     return tuple(positions)
 
