@@ -68,17 +68,22 @@ def _rollouts(sink: training_records.RolloutSink, scratch: Path) -> training_rec
     return sink
 
 
-def _finish(s: Store, result, role: str, base: dict, run_id: str, round_no: int, metrics: dict) -> dict:
+def _finish(s: Store, result, role: str, base: dict, run_id: str, round_no: int, tables: dict[str, list[dict]],
+            counted: str) -> dict:
+    """Write the update's rollout tables, save and register the new checkpoint, return its reference and metrics
+    (``counted``: the history field of rollouts without a usable reward, summed over the run)."""
+    for table, trows in tables.items():
+        if trows:
+            write_ref(s, table, trows, f"{role}-train-{table}", run_id=run_id, round=round_no)
+    metrics = {"steps": result.steps, "reward_first": result.reward_first, "reward_last": result.reward_last,
+               "seconds": round(result.seconds, 1), "step_seconds": result.step_seconds,
+               "resumed_from": result.resumed_from, "history": result.history,
+               counted: sum(h.get(counted, 0) for h in result.history),
+               "rollouts": sum(h.get("rollouts", 0) for h in result.history)}
     uri = checkpoints.save(s, result.checkpoint, run_id, round_no, role)
     checkpoints.register(s, run_id, round_no, role, uri, parent=base["uri"], metrics=metrics)
     local = checkpoints.materialise(s, uri)
     return {"uri": uri, "sha256": model_id(EngineConfig(model=str(local))), **metrics}
-
-
-def _metrics(result) -> dict:
-    return {"steps": result.steps, "reward_first": result.reward_first, "reward_last": result.reward_last,
-            "seconds": round(result.seconds, 1), "step_seconds": result.step_seconds,
-            "resumed_from": result.resumed_from, "history": result.history}
 
 
 @task(name="train-generator", **TRAIN_STEP)
@@ -94,14 +99,8 @@ def train_generator(cfg: CoevolveConfig, prompts: dict, samples: dict, anchors: 
                                          verifier=verifier_model))
     result = grpo_train_generator(local_dir(s, base), rows, engine_for(cfg.round.engines.verifier), cfg.generator,
                                   scratch, on_rollouts=sink)
-    for table, trows in _rollouts(sink, scratch).generator_tables().items():
-        if trows:
-            write_ref(s, table, trows, f"generator-train-{table}", run_id=run_id, round=round_no)
-    metrics = _metrics(result) | {
-        "unparseable": sum(h.get("unparseable", 0) for h in result.history),
-        "rollouts": sum(h.get("rollouts", 0) for h in result.history),
-    }
-    return _finish(s, result, "generator", base, run_id, round_no, metrics)
+    return _finish(s, result, "generator", base, run_id, round_no, _rollouts(sink, scratch).generator_tables(),
+                   counted="unparseable")
 
 
 @task(name="train-policy", **TRAIN_STEP)
@@ -117,11 +116,5 @@ def train_policy(cfg: CoevolveConfig, prompts: dict, base: dict, generator: dict
                                       verifier=verifier_model))
     result = grpo_train_policy(local_dir(s, base), rows, engine_for(gen_cfg), engine_for(cfg.round.engines.verifier),
                                cfg.policy, scratch, on_rollouts=sink)
-    for table, trows in _rollouts(sink, scratch).policy_tables().items():
-        if trows:
-            write_ref(s, table, trows, f"policy-train-{table}", run_id=run_id, round=round_no)
-    metrics = _metrics(result) | {
-        "unscorable": sum(h.get("unscorable", 0) for h in result.history),
-        "rollouts": sum(h.get("rollouts", 0) for h in result.history),
-    }
-    return _finish(s, result, "policy", base, run_id, round_no, metrics)
+    return _finish(s, result, "policy", base, run_id, round_no, _rollouts(sink, scratch).policy_tables(),
+                   counted="unscorable")
