@@ -1,8 +1,13 @@
-"""Session fixtures for a real S3-compatible server (SeaweedFS ``weed mini``) on 127.0.0.1.
+"""Session fixtures for a real S3-compatible server (SeaweedFS ``weed server -s3``) on 127.0.0.1.
 
-``weed mini`` runs master, volume, filer, S3, admin, Iceberg and Lance servers in one process, each with an HTTP
-and (most) a gRPC port. Every one of them gets a free port here (Iceberg and Lance are switched off), so two test
-sessions, or a test session and a developer's own ``weed``, never collide. The server is stopped by its process id.
+``weed server -s3`` runs master, volume, filer and S3 servers in one process, each with an HTTP and a gRPC port.
+Every one of them gets a free port here (Iceberg and Lance are switched off), so two test sessions, or a test
+session and a developer's own ``weed``, never collide. The server is stopped by its process id.
+
+Disk: SeaweedFS marks every volume read-only when the disk's free space drops under ``minFreeSpace`` (default 1%
+of the disk: 2.5 GB of a 252 GB disk) and answers every later PUT with ``InternalError``; ``weed mini`` sizes its
+volume count from the free space too and offers no flag for either. A CI machine with a nearly full disk failed
+that way mid-session, so the server here gets a fixed volume count and a small free-space floor.
 
     .venv/bin/python -m pytest -q tests/test_store.py -k s3
 """
@@ -24,11 +29,14 @@ import pytest
 
 ACCESS_KEY, SECRET_KEY, REGION = "dr-test-key", "dr-test-secret", "us-east-1"
 
-# weed mini's listening sockets, each set by a flag (found with `ss -ltnp` against a default `weed mini`).
+# weed server's listening sockets, each set by a flag (found with `ss -ltnp` against `weed server -s3`).
 _PORT_FLAGS = (
     "s3.port", "s3.port.grpc", "master.port", "master.port.grpc", "volume.port", "volume.port.grpc",
-    "filer.port", "filer.port.grpc", "admin.port", "admin.port.grpc",
+    "filer.port", "filer.port.grpc",
 )
+# Fixed limits instead of ones derived from the machine's free disk (see the module docstring): volumes are
+# created sparse (no preallocation), so 64 volumes of at most 64 MB bound the server at 4 GB, far above the tests.
+_DISK_FLAGS = ("-volume.max=64", "-master.volumeSizeLimitMB=64", "-volume.minFreeSpace=200MiB")
 
 
 def weed_binary() -> Path:
@@ -55,7 +63,7 @@ def _free_ports(n: int) -> list[int]:
 
 @dataclass
 class SeaweedServer:
-    """A running ``weed mini``; ``env`` holds the AWS_* variables a client needs to reach it."""
+    """A running ``weed server -s3``; ``env`` holds the AWS_* variables a client needs to reach it."""
 
     endpoint_url: str
     pid: int
@@ -78,9 +86,9 @@ class SeaweedServer:
         logs.mkdir(parents=True, exist_ok=True)
         ports = dict(zip(_PORT_FLAGS, _free_ports(len(_PORT_FLAGS))))
         cmd = [
-            str(weed_binary()), f"-logdir={logs}", "mini", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-            "-master.telemetry=false", "-webdav=false", "-admin.ui=false", "-s3.port.iceberg=0", "-s3.port.lance=0",
-            f"-filer.localSocket={workdir}/filer.sock",
+            str(weed_binary()), f"-logdir={logs}", "server", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+            "-s3", "-filer", "-master.telemetry=false", "-s3.port.iceberg=0", "-s3.port.lance=0",
+            f"-filer.localSocket={workdir}/filer.sock", f"-s3.localSocket={workdir}/s3.sock", *_DISK_FLAGS,
             *(f"-{flag}={port}" for flag, port in ports.items()),
         ]
         env = {**os.environ, "AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY}
@@ -105,7 +113,7 @@ class SeaweedServer:
         deadline, last = time.monotonic() + timeout, None
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"weed mini exited with {self.proc.returncode}: {self._tail()}")
+                raise RuntimeError(f"weed server exited with {self.proc.returncode}: {self._tail()}")
             try:
                 if not fs.exists("ready-probe"):
                     fs.mkdir("ready-probe")
@@ -115,7 +123,7 @@ class SeaweedServer:
             except Exception as exc:  # noqa: BLE001 - any failure before readiness just means "not yet"
                 last = exc
             time.sleep(0.2)
-        raise TimeoutError(f"weed mini not ready after {timeout}s (last error: {last!r}): {self._tail()}")
+        raise TimeoutError(f"weed server not ready after {timeout}s (last error: {last!r}): {self._tail()}")
 
     def _tail(self) -> str:
         try:
@@ -124,10 +132,12 @@ class SeaweedServer:
             return ""
 
     def stop(self) -> None:
+        """SIGTERM, then SIGKILL after 5 s: ``weed server`` keeps retrying its own gRPC peers after SIGTERM and
+        may never exit by itself; its data is a temp dir, so nothing is lost."""
         if self.proc.poll() is None:
             os.kill(self.pid, signal.SIGTERM)
             try:
-                self.proc.wait(timeout=15)
+                self.proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 os.kill(self.pid, signal.SIGKILL)
                 self.proc.wait(timeout=15)
