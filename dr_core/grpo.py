@@ -62,7 +62,8 @@ Checkpoints and resume: TRL saves ``out_dir/checkpoints/checkpoint-N`` every ``s
 same ``out_dir`` resumes from the newest checkpoint whose ``trainer_state.json`` exists (it is written last). The
 final model (merged when LoRA) and its tokenizer go to ``out_dir/final``, written under a temporary name, with
 ``result.json`` and then the ``.dr-complete`` marker last, and renamed into place; a call that finds a complete
-``out_dir/final`` returns its saved result without training again. The reward history is appended to
+``out_dir/final`` returns its saved result without training again. Once ``final`` is in place the resumable
+checkpoints are deleted (``keep_resume_checkpoints`` keeps them): for SmolLM2-135M they are 1.6 GB per update. The reward history is appended to
 ``out_dir/history.jsonl`` so a resumed run reports the whole run.
 
 On CPU: float32 (``bf16=False``), ``OMP_NUM_THREADS=1``, ``use_vllm=False`` (TRL's vLLM modes need CUDA here);
@@ -131,6 +132,10 @@ class GRPOSettings(BaseModel):
     seed: int = Field(0, description="Seeds TRL, the candidate shuffle shown to the generator and G(t)'s sampling.")
     save_steps: int = Field(50, ge=1, description="Save a resumable checkpoint every this many optimiser steps.")
     save_total_limit: int | None = Field(2, ge=1, description="Resumable checkpoints kept (None: all).")
+    keep_resume_checkpoints: bool = Field(
+        False, description="Keep out_dir/checkpoints once the final model is saved (model + optimiser state: about "
+        "3x the model's size; only a crash before the final save needs them)."
+    )
     lam: float = Field(1.0, ge=0, description="Eq. 17 / 24: weight of the anchor advantage (generator only).")
     use_lora: bool = Field(False, description="Train a LoRA adapter (merged into the final checkpoint).")
     lora_r: int = Field(16, ge=1, description="LoRA rank (use_lora only).")
@@ -565,6 +570,8 @@ def _train(
             shutil.rmtree(final)
         os.replace(partial, final)
     trainer.accelerator.wait_for_everyone()
+    if main and not settings.keep_resume_checkpoints:
+        shutil.rmtree(ckpt_dir, ignore_errors=True)
     return result
 
 

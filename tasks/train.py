@@ -7,12 +7,15 @@ beside the store (``<store>/models/...``) and registers it in the ``checkpoints`
 A checkpoint reference is ``{"uri", "sha256"}``: ``uri`` is where it lives (``default`` for the prepared default
 model), ``sha256`` its identity (a hash of its files), which is what the cache key sees. So a re-run of a finished
 round does no training, and a failed training resumes from TRL's last checkpoint in the same scratch directory
-(``<cache>/train/<role>/<content key>``) when Prefect retries it or the user re-runs.
+(``<cache>/train/<role>/<content key>``) when Prefect retries it or the user re-runs. Once the new checkpoint is in
+the store and registered, the scratch directory is deleted (it holds another copy of the model) unless the role's
+``keep_resume_checkpoints`` is set.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 from prefect import task
@@ -69,9 +72,10 @@ def _rollouts(sink: training_records.RolloutSink, scratch: Path) -> training_rec
 
 
 def _finish(s: Store, result, role: str, base: dict, run_id: str, round_no: int, tables: dict[str, list[dict]],
-            counted: str) -> dict:
-    """Write the update's rollout tables, save and register the new checkpoint, return its reference and metrics
-    (``counted``: the history field of rollouts without a usable reward, summed over the run)."""
+            scratch: Path | None, counted: str) -> dict:
+    """Write the update's rollout tables, save and register the new checkpoint, drop the scratch directory (None:
+    keep it), return the checkpoint's reference and metrics (``counted``: the history field of rollouts without a usable reward,
+    summed over the run)."""
     for table, trows in tables.items():
         if trows:
             write_ref(s, table, trows, f"{role}-train-{table}", run_id=run_id, round=round_no)
@@ -83,7 +87,10 @@ def _finish(s: Store, result, role: str, base: dict, run_id: str, round_no: int,
     uri = checkpoints.save(s, result.checkpoint, run_id, round_no, role)
     checkpoints.register(s, run_id, round_no, role, uri, parent=base["uri"], metrics=metrics)
     local = checkpoints.materialise(s, uri)
-    return {"uri": uri, "sha256": model_id(EngineConfig(model=str(local))), **metrics}
+    ref = {"uri": uri, "sha256": model_id(EngineConfig(model=str(local))), **metrics}
+    if scratch is not None:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return ref
 
 
 @task(name="train-generator", **TRAIN_STEP)
@@ -100,7 +107,7 @@ def train_generator(cfg: CoevolveConfig, prompts: dict, samples: dict, anchors: 
     result = grpo_train_generator(local_dir(s, base), rows, engine_for(cfg.round.engines.verifier), cfg.generator,
                                   scratch, on_rollouts=sink)
     return _finish(s, result, "generator", base, run_id, round_no, _rollouts(sink, scratch).generator_tables(),
-                   counted="unparseable")
+                   None if cfg.generator.keep_resume_checkpoints else scratch, counted="unparseable")
 
 
 @task(name="train-policy", **TRAIN_STEP)
@@ -117,4 +124,4 @@ def train_policy(cfg: CoevolveConfig, prompts: dict, base: dict, generator: dict
     result = grpo_train_policy(local_dir(s, base), rows, engine_for(gen_cfg), engine_for(cfg.round.engines.verifier),
                                cfg.policy, scratch, on_rollouts=sink)
     return _finish(s, result, "policy", base, run_id, round_no, _rollouts(sink, scratch).policy_tables(),
-                   counted="unscorable")
+                   None if cfg.policy.keep_resume_checkpoints else scratch, counted="unscorable")

@@ -30,9 +30,16 @@ def test_one_round_trains_both_and_rerun_does_no_training(prefect_harness, micro
     from dr_core.store import Store
     from flows.coevolve import CoevolveParams, coevolve_flow
 
+    from dr_core.paths import cache_dir
+
+    def scratch_dirs():
+        return {p for role in ("generator", "policy") for p in (cache_dir() / "train" / role).glob("*")}
+
     store = str(tmp_path / "store")
     params = CoevolveParams(config=micro_coevolve, store=store, run_id="co")
+    before = scratch_dirs()
     first = coevolve_flow(params)
+    assert scratch_dirs() <= before  # each update's TRL scratch dir is dropped once its checkpoint is in the store
     (r1,) = first["rounds"]
     assert first["steps"]["r1/train-generator"]["state"] == "Completed"
     assert first["steps"]["r1/train-policy"]["state"] == "Completed"

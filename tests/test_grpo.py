@@ -286,6 +286,16 @@ def test_training_resumes_from_its_last_checkpoint(tiny_llama_dir, tmp_path):
     assert result.resumed_from.endswith("checkpoint-2") and result.steps == 3
     assert [e["step"] for e in result.history] == [0, 1, 2]
     assert grpo.is_complete(tmp_path / "p" / "final")
+    assert not (tmp_path / "p" / "checkpoints").exists()  # the final model is saved: resume state is dropped
+
+
+@pytest.mark.slow
+def test_resume_checkpoints_kept_on_request(tiny_llama_dir, tmp_path):
+    rows = [PolicyRow(i, f"p{i}", q) for i, q in enumerate(["Name a fruit.", "Say hi."])]
+    settings = GRPOSettings(**{**TINY, "max_steps": 1, "keep_resume_checkpoints": True})
+    grpo.train_policy(tiny_llama_dir, rows, FakeEngine(_rubric_json(("a", 1))), FakeEngine(), settings, tmp_path / "p")
+    assert grpo.is_complete(tmp_path / "p" / "final")
+    assert grpo.last_checkpoint(tmp_path / "p" / "checkpoints").name == "checkpoint-1"
 
 
 def test_launch_reads_rows_and_names_a_missing_field(tmp_path):
