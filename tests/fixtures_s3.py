@@ -69,6 +69,7 @@ class SeaweedServer:
     pid: int
     workdir: Path
     proc: subprocess.Popen
+    ports: dict[str, int]
 
     @property
     def env(self) -> dict[str, str]:
@@ -95,7 +96,7 @@ class SeaweedServer:
         out = open(workdir / "weed.out", "wb")
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=workdir)
         out.close()
-        server = cls(f"http://127.0.0.1:{ports['s3.port']}", proc.pid, workdir, proc)
+        server = cls(f"http://127.0.0.1:{ports['s3.port']}", proc.pid, workdir, proc, ports)
         try:
             server._wait_ready(timeout)
         except BaseException:
@@ -141,6 +142,10 @@ class SeaweedServer:
             except subprocess.TimeoutExpired:
                 os.kill(self.pid, signal.SIGKILL)
                 self.proc.wait(timeout=15)
+        # the gRPC unix sockets go to /tmp/seaweedfs-<server>-grpc-<port>.sock whatever the flags say: remove ours
+        for flag, port in self.ports.items():
+            if flag.endswith(".grpc"):
+                Path(tempfile.gettempdir(), f"seaweedfs-{flag.split('.')[0]}-grpc-{port}.sock").unlink(missing_ok=True)
 
 
 @pytest.fixture(scope="session")
