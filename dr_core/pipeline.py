@@ -293,3 +293,12 @@ def summarise(prompt_rows: Rows, sample_rows: Rows, rubric_rows: Rows, verdict_r
 def rows_of(table: pa.Table, drop: Sequence[str] = ("run_id", "round")) -> Rows:
     """A stored table back as row dicts without its run partition columns."""
     return [{k: v for k, v in r.items() if k not in drop} for r in table.to_pylist()]
+
+
+def step_rows(entries: dict[str, dict], flow: str, execution: str) -> Rows:
+    """Rows of the ``steps`` table from a flow's step log (name -> {"state", "seconds", "started_at" ISO-8601})."""
+    import datetime as dt
+
+    return [{"execution": execution, "flow": flow, "step": name, "state": e["state"],
+             "started_at": dt.datetime.fromisoformat(e["started_at"]), "seconds": float(e["seconds"])}
+            for name, e in entries.items()]

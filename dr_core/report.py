@@ -12,7 +12,8 @@ What it shows, round over round (paper sections 3.1, 4.4, Figure 2, appendix H):
   stale-fresh  the same sets of P(t-1) scored by the stale G(t-1) and the fresh G(t) (stages "stale"/"fresh", written
                by ``dr stale-fresh``): the paper's Figure 2 comparison for this run
   examples     rubric, verdict matrix and Eq. 12 scores for a few prompts (sql/case_study; appendix H)
-  cost         tokens, rubric and verdict counts, training seconds per stage and round (sql/stage_costs, sql/run_log)
+  cost         tokens, rubric and verdict counts, training seconds per stage and round, flow executions and their
+               steps (sql/stage_costs, sql/run_log, sql/step_times)
 
 Figures are inline SVG (``dr_core.svg``); the page loads nothing from anywhere (no scripts, no external CSS or
 fonts), and text from the data is escaped with "://" broken by a zero-width space, so the raw HTML holds no URL a
@@ -141,6 +142,7 @@ def collect(con: duckdb.DuckDBPyConnection, run_id: str, n_examples: int = 3) ->
         "examples": examples,
         "costs": _query(con, "stage_costs", p, errors),
         "run_log": _query(con, "run_log", p, errors),
+        "step_times": _query(con, "step_times", p, errors),
         "errors": errors,
     }
 
@@ -376,10 +378,31 @@ def _cost_section(d: dict) -> str:
     log = ("<h3>Run records</h3>" + _table(["recorded at (UTC)", "status", "seconds since previous record"], log_rows)
            if log_rows else "")
     intro = ("What the store records about cost: token counts of the policy's sampled sets (the policy update's own "
-             "rollouts carry none), rubric and verdict counts, the verifier's yes-rate, and the GRPO updates' wall "
-             "time (checkpoint metrics). Per-step wall times of the flows (rubric generation, verification) are "
-             "printed by <code>dr round</code>/<code>dr coevolve</code> but not stored.")
-    return _section("cost", "Tokens and seconds per stage and round", intro, tok_chart + train_chart + table + log)
+             "rollouts carry none), rubric and verdict counts, the verifier's yes-rate, the GRPO updates' wall "
+             "time (checkpoint metrics), and every flow execution's steps: which ran, which came from the cache, "
+             "which failed, and their wall seconds (sql/step_times).")
+    return _section("cost", "Tokens and seconds per stage and round", intro,
+                    tok_chart + train_chart + table + log + _executions(d["step_times"]))
+
+
+def _executions(step_times: list[dict], n_slowest: int = 8) -> str:
+    """One row per flow execution (ran / cached / failed steps, seconds) and the run's slowest steps that ran."""
+    if not step_times:
+        return ""
+    seen: dict[str, dict] = {}
+    for r in step_times:
+        seen.setdefault(r["execution"], r)
+    rows = [[_t(r["execution_started_at"]), _t(r["flow"]), _t(r["execution"]), _n(r["execution_steps"]),
+             _n(r["execution_ran"]), _n(r["execution_cached"]), _n(r["execution_failed"]),
+             _n(r["execution_seconds"], 1)] for r in seen.values()]
+    slow = sorted((r for r in step_times if r["state"] != "Cached"), key=lambda r: -r["seconds"])[:n_slowest]
+    slow_rows = [[_n(r["round"]), _t(r["step"]), _t(r["state"]), _n(r["seconds"], 1), _t(r["started_at"])]
+                 for r in slow]
+    return ("<h3>Flow executions</h3>"
+            + _table(["started (UTC)", "flow", "execution (Prefect flow run)", "steps", "ran", "cached", "failed",
+                      "seconds"], rows)
+            + ("<h3>Slowest steps that ran</h3>" + _table(["round", "step", "state", "seconds", "started (UTC)"],
+                                                          slow_rows) if slow_rows else ""))
 
 
 def _glance(d: dict) -> str:

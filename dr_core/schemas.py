@@ -178,6 +178,21 @@ _SPECS = [
         "one row per saved checkpoint (role generator | policy) with its parent checkpoint",
     ),
     TableSpec(
+        "steps",
+        pa.schema([
+            *_RUN,
+            _f("execution", pa.string()),
+            _f("flow", pa.string()),
+            _f("step", pa.string()),
+            _f("state", pa.string()),
+            _f("started_at", pa.timestamp("us", tz="UTC")),
+            _f("seconds", pa.float64()),
+        ]),
+        RUN_KEYS,
+        "one row per flow step of one flow run (execution): Completed (ran), Cached (served from the cache) or "
+        "Failed, with its wall seconds; every execution adds its own rows",
+    ),
+    TableSpec(
         "eval",
         pa.schema([
             *_RUN,

@@ -23,7 +23,7 @@ from dr_core import checkpoints
 from dr_core.config import DEFAULT_MODEL
 from dr_core.presets import CoevolveConfig, RoundConfig, coevolve_preset
 from dr_core.store import Store, default_store_url
-from flows.round import measure, run_step
+from flows.round import StepLog, measure, run_step
 from tasks import round as steps
 from tasks import policy_eval as policy_eval_task
 from tasks import train
@@ -65,42 +65,47 @@ def coevolve_flow(params: CoevolveParams) -> dict:
     st = Store.from_url(store)
     storage = result_storage(store)
     opts = dict(result_storage=storage)
-    log: dict = {}
+    first = 0 if cfg.measure_start and params.start_round == 1 else params.start_round
     gen = params.generator_start or train.default_ref()
     pol = params.policy_start or train.default_ref()
     verifier = model_id(cfg.round.engines.verifier)
 
-    inputs = run_step(steps.select_inputs.with_options(**opts), log, "select-inputs", cfg.round, store)
-    rounds = []
-    if cfg.measure_start and params.start_round == 1:
-        m0 = measure(with_models(cfg.round, st, gen, pol), store, run, 0, storage, log, inputs=inputs, prefix="r0/")
-        rounds.append({"round": 0, "generator": gen["uri"], "policy": pol["uri"], "measure": m0["summary"]})
-    for t in range(params.start_round, params.start_round + cfg.rounds):
-        rc = with_models(cfg.round, st, gen, pol)
-        sets = run_step(steps.sample.with_options(**opts), log, f"r{t}/sample-P(t-1)", rc, inputs["prompts"],
-                        model_id(rc.engines.policy), store, run, t, "generator")
-        new_gen = run_step(train.train_generator.with_options(**opts), log, f"r{t}/train-generator", cfg,
-                           inputs["prompts"], sets, inputs["anchors"], gen, verifier, store, run, t)
-        new_pol = run_step(train.train_policy.with_options(**opts), log, f"r{t}/train-policy", cfg,
-                           inputs["prompts"], pol, new_gen, verifier, store, run, t)
-        gen, pol = new_gen, new_pol
-        m = measure(with_models(cfg.round, st, gen, pol), store, run, t, storage, log, inputs=inputs,
-                    prefix=f"r{t}/")
-        # -- policy evaluation hook (tasks/policy_eval.py): P(t) vs P(0) on held-out prompts -> eval table --
-        pe = None if cfg.policy_eval is None else run_step(
-            policy_eval_task.evaluate_policy.with_options(**opts), log, f"r{t}/evaluate-policy", cfg, pol, store, run, t)
-        if pe is not None:  # served from another run's cache: copy its eval rows into this run's partition
-            pe = run_step(steps.adopt, log, f"r{t}/adopt-policy-eval", {"eval": pe}, store, run, t)["eval"]
-        run_step(steps.record_run, log, f"r{t}/record-run", cfg.round, store, run, t, "coevolve-round-complete")
-        rounds.append({
-            "round": t, "generator": gen["uri"], "policy": pol["uri"], "measure": m["summary"],
-            "policy_eval": pe["metrics"] if pe else None,
-            "generator_update": {k: _num(new_gen.get(k)) for k in ("reward_first", "reward_last")}
-            | {k: new_gen.get(k) for k in ("steps", "seconds", "unparseable", "rollouts")},
-            "policy_update": {k: _num(new_pol.get(k)) for k in ("reward_first", "reward_last")}
-            | {k: new_pol.get(k) for k in ("steps", "seconds", "unscorable", "rollouts")},
-        })
-    return {"run_id": run, "rounds": rounds, "steps": log, "generator": gen, "policy": pol}
+    with StepLog(store, run, first) as log:  # select-inputs goes with the first round flushed (0 or start_round)
+        inputs = run_step(steps.select_inputs.with_options(**opts), log, "select-inputs", cfg.round, store)
+        rounds = []
+        if cfg.measure_start and params.start_round == 1:
+            m0 = measure(with_models(cfg.round, st, gen, pol), store, run, 0, storage, log, inputs=inputs, prefix="r0/")
+            rounds.append({"round": 0, "generator": gen["uri"], "policy": pol["uri"], "measure": m0["summary"]})
+            log.flush()
+        for t in range(params.start_round, params.start_round + cfg.rounds):
+            log.round = t
+            rc = with_models(cfg.round, st, gen, pol)
+            sets = run_step(steps.sample.with_options(**opts), log, f"r{t}/sample-P(t-1)", rc, inputs["prompts"],
+                            model_id(rc.engines.policy), store, run, t, "generator")
+            new_gen = run_step(train.train_generator.with_options(**opts), log, f"r{t}/train-generator", cfg,
+                               inputs["prompts"], sets, inputs["anchors"], gen, verifier, store, run, t)
+            new_pol = run_step(train.train_policy.with_options(**opts), log, f"r{t}/train-policy", cfg,
+                               inputs["prompts"], pol, new_gen, verifier, store, run, t)
+            gen, pol = new_gen, new_pol
+            m = measure(with_models(cfg.round, st, gen, pol), store, run, t, storage, log, inputs=inputs,
+                        prefix=f"r{t}/")
+            # -- policy evaluation hook (tasks/policy_eval.py): P(t) vs P(0) on held-out prompts -> eval table --
+            pe = None if cfg.policy_eval is None else run_step(
+                policy_eval_task.evaluate_policy.with_options(**opts), log, f"r{t}/evaluate-policy", cfg, pol, store,
+                run, t)
+            if pe is not None:  # served from another run's cache: copy its eval rows into this run's partition
+                pe = run_step(steps.adopt, log, f"r{t}/adopt-policy-eval", {"eval": pe}, store, run, t)["eval"]
+            run_step(steps.record_run, log, f"r{t}/record-run", cfg.round, store, run, t, "coevolve-round-complete")
+            log.flush()
+            rounds.append({
+                "round": t, "generator": gen["uri"], "policy": pol["uri"], "measure": m["summary"],
+                "policy_eval": pe["metrics"] if pe else None,
+                "generator_update": {k: _num(new_gen.get(k)) for k in ("reward_first", "reward_last")}
+                | {k: new_gen.get(k) for k in ("steps", "seconds", "unparseable", "rollouts")},
+                "policy_update": {k: _num(new_pol.get(k)) for k in ("reward_first", "reward_last")}
+                | {k: new_pol.get(k) for k in ("steps", "seconds", "unscorable", "rollouts")},
+            })
+    return {"run_id": run, "rounds": rounds, "steps": dict(log), "generator": gen, "policy": pol}
 
 
 if __name__ == "__main__":

@@ -10,9 +10,10 @@ re-run with the same inputs does no model work, a killed run resumes at its firs
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 
-from prefect import flow
+from prefect import flow, get_run_logger
 from pydantic import BaseModel, ConfigDict, Field
 
 from dr_core.presets import RoundConfig, preset
@@ -36,11 +37,49 @@ class RoundParams(BaseModel):
 
 
 def run_step(task, record: dict, name: str, *args, **kwargs):
-    """Run a task, note whether it ran or came from the cache and how long it took, return its result."""
+    """Run a task, note whether it ran or came from the cache, when it started and how long it took, return its
+    result (a failed step is noted as Failed, then its error is raised)."""
+    started = dt.datetime.now(dt.timezone.utc).isoformat()
     start = time.perf_counter()
     state = task(*args, return_state=True, **kwargs)
-    record[name] = {"state": state.name, "seconds": round(time.perf_counter() - start, 2)}
+    record[name] = {"state": state.name, "seconds": round(time.perf_counter() - start, 2), "started_at": started}
     return state.result()
+
+
+class StepLog(dict):
+    """A flow's step log (step name -> {"state", "seconds", "started_at"}, filled by ``run_step``) that is also
+    written to the store's ``steps`` table: ``flush()`` writes every step logged since the previous round's flush
+    under the current ``round`` (one file per flow run and round, rewritten whole), and leaving a ``with`` block
+    flushes, also when a step failed. So the store answers which steps ran, which came from the cache, which failed
+    and how long each took (sql/step_times.sql), for every execution of a run."""
+
+    def __init__(self, store: str, run_id: str, round_no: int):
+        super().__init__()
+        self.store, self.run_id, self.round = store, run_id, round_no
+        self._round_of: dict[str, int] = {}
+
+    def flush(self) -> str | None:
+        from prefect.runtime import flow_run
+
+        for name in self:
+            self._round_of.setdefault(name, self.round)
+        entries = {k: v for k, v in self.items() if self._round_of[k] == self.round}
+        if not entries:
+            return None
+        return steps.record_steps(self.store, self.run_id, self.round, flow_run.flow_name or "", flow_run.id or "",
+                                  entries)
+
+    def __enter__(self) -> "StepLog":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        try:
+            self.flush()
+        except Exception as err:  # noqa: BLE001 - never hide the step's own error behind the log's
+            if exc is None:
+                raise
+            get_run_logger().warning("could not record the flow's steps in the store: %s", err)
+        return False
 
 
 def measure(cfg: RoundConfig, store: str, run: str, t: int, storage, log: dict, *, run_eval: bool = True,
@@ -72,10 +111,10 @@ def measure(cfg: RoundConfig, store: str, run: str, t: int, storage, log: dict, 
 @flow(name="dynamicrubric-round", log_prints=True)
 def round_flow(params: RoundParams) -> dict:
     cfg, store, run, t = params.config, params.store, params.run_id, params.round_no
-    log: dict = {}
-    result = measure(cfg, store, run, t, result_storage(store), log, run_eval=params.run_eval)
-    run_step(steps.record_run, log, "record-run", cfg, store, run, t, "round-complete")
-    return {"run_id": run, "round": t, "summary": result["summary"], "steps": log,
+    with StepLog(store, run, t) as log:
+        result = measure(cfg, store, run, t, result_storage(store), log, run_eval=params.run_eval)
+        run_step(steps.record_run, log, "record-run", cfg, store, run, t, "round-complete")
+    return {"run_id": run, "round": t, "summary": result["summary"], "steps": dict(log),
             "artifacts": {k: v["uri"] for k, v in result["artifacts"].items()}}
 
 

@@ -19,7 +19,7 @@ from dr_core.presets import RoundConfig
 from dr_core.stale_fresh import plan
 from dr_core.store import Store, default_store_url
 from flows.coevolve import with_models
-from flows.round import run_step
+from flows.round import StepLog, run_step
 from tasks import round as steps
 from tasks.runtime import model_id, result_storage
 from tasks.stale_fresh import restage_samples
@@ -49,29 +49,29 @@ def stale_fresh_flow(params: StaleFreshParams) -> dict:
     else:
         raise ValueError(f"run {run!r} recorded no round config; pass one (dr stale-fresh --preset ...)")
     opts = dict(result_storage=result_storage(store))
-    log: dict = {}
-    inputs = run_step(steps.select_inputs.with_options(**opts), log, "select-inputs", rc, store)
-    wanted = {r["prompt_id"] for r in st.read(p["sets"]["uri"]).to_pylist()}
-    have = {r["prompt_id"] for r in st.read(inputs["prompts"]["uri"]).to_pylist()}
-    if not wanted <= have:
-        raise ValueError(f"the sets' prompts {sorted(wanted - have)} are not among the config's prompts: pass the "
-                         "round config the run used")
-    verifier = model_id(rc.engines.verifier)
-    policy = {"uri": p["policy"]}
-    for stage, gen_uri in ((report.STALE, p["stale_generator"]), (report.FRESH, p["fresh_generator"])):
-        sc = with_models(rc, st, {"uri": gen_uri}, policy)
-        samples = run_step(restage_samples, log, f"{stage}/restage-samples", p["sets"]["uri"], stage, store, run, t)
-        rubrics = run_step(steps.generate_rubrics.with_options(**opts), log, f"{stage}/generate-rubrics", sc,
-                           inputs["prompts"], samples, model_id(sc.engines.generator), store, run, t, stage)
-        verdicts = run_step(steps.verify.with_options(**opts), log, f"{stage}/verify", sc, inputs["prompts"], samples,
-                            inputs["anchors"], rubrics, verifier, store, run, t, stage)
-        scored = run_step(steps.score.with_options(**opts), log, f"{stage}/score", rubrics, verdicts, store, run, t,
-                          stage)
-        run_step(steps.adopt, log, f"{stage}/adopt-artifacts",
-                 {"samples": samples, "rubrics": rubrics, "verdicts": verdicts, **scored}, store, run, t)
+    with StepLog(store, run, t) as log:
+        inputs = run_step(steps.select_inputs.with_options(**opts), log, "select-inputs", rc, store)
+        wanted = {r["prompt_id"] for r in st.read(p["sets"]["uri"]).to_pylist()}
+        have = {r["prompt_id"] for r in st.read(inputs["prompts"]["uri"]).to_pylist()}
+        if not wanted <= have:
+            raise ValueError(f"the sets' prompts {sorted(wanted - have)} are not among the config's prompts: pass the "
+                             "round config the run used")
+        verifier = model_id(rc.engines.verifier)
+        policy = {"uri": p["policy"]}
+        for stage, gen_uri in ((report.STALE, p["stale_generator"]), (report.FRESH, p["fresh_generator"])):
+            sc = with_models(rc, st, {"uri": gen_uri}, policy)
+            samples = run_step(restage_samples, log, f"{stage}/restage-samples", p["sets"]["uri"], stage, store, run, t)
+            rubrics = run_step(steps.generate_rubrics.with_options(**opts), log, f"{stage}/generate-rubrics", sc,
+                               inputs["prompts"], samples, model_id(sc.engines.generator), store, run, t, stage)
+            verdicts = run_step(steps.verify.with_options(**opts), log, f"{stage}/verify", sc, inputs["prompts"],
+                                samples, inputs["anchors"], rubrics, verifier, store, run, t, stage)
+            scored = run_step(steps.score.with_options(**opts), log, f"{stage}/score", rubrics, verdicts, store, run, t,
+                              stage)
+            run_step(steps.adopt, log, f"{stage}/adopt-artifacts",
+                     {"samples": samples, "rubrics": rubrics, "verdicts": verdicts, **scored}, store, run, t)
     summary = report.stale_fresh(report.stage_metrics(st.connect(), run), t)
     return {"run_id": run, "round": t, "sets": p["sets"], "stale_generator": p["stale_generator"],
-            "fresh_generator": p["fresh_generator"], "verifier": verifier, "summary": summary, "steps": log}
+            "fresh_generator": p["fresh_generator"], "verifier": verifier, "summary": summary, "steps": dict(log)}
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@
 -- rollouts (usable or not), rubric items, verdicts (unscorable among them) and the verifier's yes-rate over the known
 -- verdicts (1.0 = it said yes to everything, so every score ties). Training seconds and steps come from the
 -- checkpoint of the update whose role equals the stage (generator | policy; checkpoints.metrics_json). Per-step wall
--- times of the flows are not in the store.
+-- times of the flows: sql/step_times.
 -- Columns: run_id, round, stage, n_sets, n_responses, prompt_tokens, response_tokens, n_rubric_rollouts,
 -- n_rubric_failures, n_rubric_items, n_verdicts, n_unscorable_verdicts, yes_rate, train_steps, train_seconds.
 -- param run_id VARCHAR = NULL: only this run (NULL: every run)

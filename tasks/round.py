@@ -142,6 +142,14 @@ def record_run(cfg: RoundConfig, store: str, run_id: str, round_no: int, status:
     return Store.from_url(store).write("runs", [row], part=f"round-{round_no}", run_id=run_id)
 
 
+@task(name="record-steps", persist_result=False, retries=2, retry_delay_seconds=2,
+      retry_condition_fn=retry_on_transient)
+def record_steps(store: str, run_id: str, round_no: int, flow: str, execution: str, entries: dict) -> str:
+    """The flow's step log for one round as ``steps`` rows, one file per (execution, round): a rewrite replaces it."""
+    rows = pipeline.step_rows(entries, flow, execution)
+    return Store.from_url(store).write("steps", rows, part=f"exec-{execution}", run_id=run_id, round=round_no)
+
+
 def model_ids(cfg: RoundConfig) -> dict[str, str]:
     """Identity of each role's model (for artifacts and cache keys)."""
     return {role: model_id(getattr(cfg.engines, role)) for role in ("generator", "verifier", "policy")}

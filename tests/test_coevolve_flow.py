@@ -54,6 +54,8 @@ def test_one_round_trains_both_and_rerun_does_no_training(prefect_harness, micro
     assert con.sql("SELECT count(*) FROM rewards WHERE stage = 'generator'").fetchall() == [(n_rollouts,)]
     assert con.sql("SELECT count(*) FROM samples WHERE stage = 'policy'").fetchall() == [(r1["policy_update"]["rollouts"],)]
     assert con.sql("SELECT count(*) FROM samples WHERE stage = 'measure' AND round = 1").fetchall() == [(4,)]
+    # every step of the flow is in the steps table, under round 1 (no round-0 measurement here)
+    assert dict(con.sql("SELECT step, round FROM steps").fetchall()) == {name: 1 for name in first["steps"]}
 
     again = coevolve_flow(params)
     assert again["steps"]["r1/train-generator"]["state"] == "Cached"

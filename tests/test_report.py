@@ -80,6 +80,12 @@ def _store(tmp_path, *, training=True, stale_fresh=True) -> Store:
                     part="policy-eval", run_id=run, round=t)
         s.write("runs", [dict(created_at=T0 + dt.timedelta(seconds=100 * t), status="coevolve-round-complete",
                               config_json=json.dumps({"round": t}))], part=f"round-{t}", run_id=run)
+    # two executions of one coevolve run: the first trained (round 1), the re-run was served from the cache
+    for ex, state, secs, start in (("ex-1", "Completed", 60.0, 0), ("ex-2", "Cached", 0.5, 900)):
+        s.write("steps", [dict(execution=ex, flow="dynamicrubric-coevolve", step=f"r1/{name}", state=state,
+                               started_at=T0 + dt.timedelta(seconds=start + i), seconds=secs * (i + 1))
+                          for i, name in enumerate(("train-generator", "train-policy"))],
+                part=f"exec-{ex}", run_id=run, round=1)
     return s
 
 
@@ -141,6 +147,18 @@ def test_report_numbers(tmp_path):
     costs = {(c["round"], c["stage"]): c for c in d["costs"]}
     assert costs[(1, "generator")]["train_seconds"] == 31.0 and costs[(0, "measure")]["response_tokens"] == 122
     assert [r["seconds_since_previous"] for r in d["run_log"]] == [None, 100.0, 100.0]
+    assert [(r["execution"], r["step"], r["execution_ran"], r["execution_cached"]) for r in d["step_times"]] == [
+        ("ex-1", "r1/train-generator", 2, 0), ("ex-1", "r1/train-policy", 2, 0),
+        ("ex-2", "r1/train-generator", 0, 2), ("ex-2", "r1/train-policy", 0, 2)]
+
+
+def test_report_cost_lists_flow_executions_and_the_slowest_steps_that_ran(tmp_path):
+    html = report.write_report(_store(tmp_path), "demo", tmp_path / "out").read_text(encoding="utf-8")
+    cost = re.search(r'<section id="cost">.*?</section>', html, re.S).group(0)
+    assert "Flow executions" in cost and "ex-1" in cost and "ex-2" in cost
+    slow = cost[cost.index("Slowest steps that ran"):]
+    assert slow.index("r1/train-policy") < slow.index("r1/train-generator")  # 120 s before 60 s
+    assert "Cached" not in slow                                              # cache hits are not "slow steps"
 
 
 def test_report_without_training_or_stale_fresh_says_no_data(tmp_path):

@@ -1,4 +1,4 @@
-"""The report's queries in sql/ (set_gap, training_rewards, stage_costs, run_log, case_study) on a few hand-made rows
+"""The report's queries in sql/ (set_gap, training_rewards, stage_costs, run_log, step_times, case_study) on a few hand-made rows
 in in-memory DuckDB, checked value by value against hand computation or the dr_core reference."""
 
 import datetime as dt
@@ -118,6 +118,29 @@ def test_run_log_values():
     out = sql.run(_con(runs=runs), "run_log", {"run_id": "r1"}).to_pylist()
     assert [(r["status"], r["seconds_since_previous"]) for r in out] == [
         ("round-0", None), ("round-1", pytest.approx(90.5)), ("round-2", pytest.approx(109.5))]
+
+
+# -- step_times -------------------------------------------------------------------------------------------------------
+def test_step_times_values():
+    t0 = dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc)
+
+    def step(execution, name, state, start, seconds, run_id="r1", round=1):
+        return dict(run_id=run_id, round=round, execution=execution, flow="dynamicrubric-round", step=name,
+                    state=state, started_at=t0 + dt.timedelta(seconds=start), seconds=seconds)
+
+    steps = [step("e2", "sample", "Cached", 500, 0.5), step("e2", "verify", "Cached", 501, 0.25),
+             step("e1", "verify", "Failed", 130, 7.0), step("e1", "sample", "Completed", 0, 120.0),
+             step("e1", "select-inputs", "Completed", -5, 2.0, round=0), step("x", "sample", "Completed", 0, 1.0, "r2")]
+    out = sql.run(_con(steps=steps), "step_times", {"run_id": "r1"}).to_pylist()
+    # executions in time order, steps in time order within each; the other run is left out
+    assert [(r["execution"], r["step"], r["round"]) for r in out] == [
+        ("e1", "select-inputs", 0), ("e1", "sample", 1), ("e1", "verify", 1), ("e2", "sample", 1), ("e2", "verify", 1)]
+    e1, e2 = out[0], out[3]
+    assert (e1["execution_steps"], e1["execution_ran"], e1["execution_cached"], e1["execution_failed"]) == (3, 2, 0, 1)
+    assert e1["execution_seconds"] == pytest.approx(129.0) and e1["execution_started_at"] == t0 - dt.timedelta(seconds=5)
+    assert (e2["execution_steps"], e2["execution_ran"], e2["execution_cached"], e2["execution_failed"]) == (2, 0, 2, 0)
+    assert e2["execution_seconds"] == pytest.approx(0.75)
+    assert len(sql.run(_con(steps=steps), "step_times").to_pylist()) == 6
 
 
 # -- case_study -------------------------------------------------------------------------------------------------------

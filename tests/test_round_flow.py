@@ -48,6 +48,19 @@ def test_round_fills_tables_and_rerun_is_served_from_cache(prefect_harness, micr
     assert con.sql("SELECT count(DISTINCT run_id) FROM samples").fetchall() == [(2,)]
     # one runs row per (run, round): the re-run of r1 replaced its row
     assert con.sql("SELECT count(*) FROM runs WHERE status = 'round-complete'").fetchall() == [(2,)]
+    # the steps table keeps both executions of r1: the first ran every model step, the re-run none
+    from dr_core import sql
+
+    ex = {}
+    for r in sql.run(con, "step_times", {"run_id": "r1"}).to_pylist():
+        ex.setdefault(r["execution"], {})[r["step"]] = r
+    assert len(ex) == 2
+    ran, cached = ex.values()
+    assert set(ran) == set(first["steps"]) and set(cached) == set(again["steps"])
+    assert all(ran[n]["state"] == "Completed" for n in MODEL_STEPS) and ran["sample"]["flow"] == "dynamicrubric-round"
+    assert all(cached[n]["state"] == "Cached" for n in MODEL_STEPS) and next(iter(cached.values()))["execution_ran"] < \
+        next(iter(ran.values()))["execution_ran"]
+    assert ran["verify"]["seconds"] == first["steps"]["verify"]["seconds"]
 
 
 def test_transient_failure_is_retried_and_bad_input_is_not(prefect_harness, micro_round, tmp_path, monkeypatch):
@@ -78,6 +91,11 @@ def test_transient_failure_is_retried_and_bad_input_is_not(prefect_harness, micr
     with pytest.raises(DataError):
         _run(micro_round, str(tmp_path / "b"), "bad", run_eval=False)
     assert len(bad) == 1  # no retry on bad input
+    # the failed step is recorded in the store with the steps before it
+    from dr_core.store import Store
+
+    states = dict(Store.from_url(str(tmp_path / "b")).connect().sql("SELECT step, state FROM steps").fetchall())
+    assert states == {"select-inputs": "Completed", "sample": "Failed"}
     from dr_core.store import Store
 
     assert Store.from_url(str(tmp_path / "b")).parts("samples") == []  # nothing half-written

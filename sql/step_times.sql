@@ -1,0 +1,20 @@
+-- step_times: every flow step of every execution (one Prefect flow run of `dr round`, `dr coevolve`,
+-- `dr stale-fresh` or a deployment) of a run: whether it ran (Completed), came from the cache (Cached) or failed
+-- (Failed, Crashed, TimedOut), when it started and its wall seconds, with its execution's totals alongside.
+-- grain: one row per (run_id, execution, step). A coevolve execution spans rounds; `round` is the round the step was
+-- recorded under (steps before the first round, such as select-inputs, go with the first round the flow recorded).
+-- Columns: run_id, round, execution, flow, step, state, started_at, seconds, execution_started_at,
+-- execution_seconds (sum of its steps' seconds), execution_steps, execution_ran (Completed), execution_cached
+-- (Cached), execution_failed (any other state).
+-- param run_id VARCHAR = NULL: only this run (NULL: every run)
+SELECT run_id, round, execution, flow, step, state, started_at, seconds,
+       min(started_at) OVER e AS execution_started_at,
+       sum(seconds) OVER e AS execution_seconds,
+       count(*) OVER e AS execution_steps,
+       count(*) FILTER (WHERE state = 'Completed') OVER e AS execution_ran,
+       count(*) FILTER (WHERE state = 'Cached') OVER e AS execution_cached,
+       count(*) FILTER (WHERE state NOT IN ('Completed', 'Cached')) OVER e AS execution_failed
+FROM steps
+WHERE $run_id IS NULL OR run_id = $run_id
+WINDOW e AS (PARTITION BY run_id, execution)
+ORDER BY run_id, execution_started_at, started_at, step
