@@ -9,7 +9,7 @@
 -- param run_id VARCHAR = NULL: only this run (NULL: every run)
 SELECT run_id, round, execution, flow, step, state, started_at, seconds,
        min(started_at) OVER e AS execution_started_at,
-       sum(seconds) OVER e AS execution_seconds,
+       round(sum(seconds) OVER e, 2) AS execution_seconds,
        count(*) OVER e AS execution_steps,
        count(*) FILTER (WHERE state = 'Completed') OVER e AS execution_ran,
        count(*) FILTER (WHERE state = 'Cached') OVER e AS execution_cached,
