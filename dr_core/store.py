@@ -33,8 +33,9 @@ import pyarrow.parquet as pq
 from dr_core.paths import cache_dir
 from dr_core.schemas import TABLES, conform, spec, to_arrow
 
-#: Partition values and part names become path segments: keep them plain.
-_SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+#: Partition values (run ids among them) and part names become path segments: keep them plain.
+SEGMENT_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+_SEGMENT = re.compile(SEGMENT_PATTERN)
 
 
 def default_store_url() -> str:

@@ -22,7 +22,7 @@ from prefect import flow
 from dr_core import checkpoints
 from dr_core.config import DEFAULT_MODEL
 from dr_core.presets import CoevolveConfig, RoundConfig, coevolve_preset
-from dr_core.store import Store, default_store_url
+from dr_core.store import SEGMENT_PATTERN, Store, default_store_url
 from flows.round import StepLog, measure, run_step
 from tasks import round as steps
 from tasks import policy_eval as policy_eval_task
@@ -37,7 +37,7 @@ class CoevolveParams(BaseModel):
 
     config: CoevolveConfig = Field(default_factory=lambda: coevolve_preset("tiny"), description="Algorithm 1 config.")
     store: str = Field(default_factory=default_store_url, description="Artifact store URL (path or s3://...).")
-    run_id: str = Field("local", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$", description="Run id (partition).")
+    run_id: str = Field("local", pattern=SEGMENT_PATTERN, description="Run id (partition).")
     start_round: int = Field(1, ge=1, description="Number of the first round to run (the anchor refresh continues).")
     generator_start: dict | None = Field(None, description="Checkpoint ref {uri, sha256} of G(start-1); None: G(0).")
     policy_start: dict | None = Field(None, description="Checkpoint ref {uri, sha256} of P(start-1); None: P(0).")

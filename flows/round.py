@@ -17,7 +17,7 @@ from prefect import flow, get_run_logger
 from pydantic import BaseModel, ConfigDict, Field
 
 from dr_core.presets import RoundConfig, preset
-from dr_core.store import default_store_url
+from dr_core.store import SEGMENT_PATTERN, default_store_url
 from tasks import round as steps
 from tasks.runtime import result_storage
 
@@ -31,7 +31,7 @@ class RoundParams(BaseModel):
 
     config: RoundConfig = Field(default_factory=lambda: preset("tiny"), description="Sizes, lengths, engines.")
     store: str = Field(default_factory=default_store_url, description="Artifact store URL (path or s3://...).")
-    run_id: str = Field("local", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$", description="Run id (partition).")
+    run_id: str = Field("local", pattern=SEGMENT_PATTERN, description="Run id (partition).")
     round_no: int = Field(1, ge=0, description="Round t of Algorithm 1.")
     run_eval: bool = Field(True, description="Measure evaluator accuracy on the preset's eval slice.")
 

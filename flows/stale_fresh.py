@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from dr_core import report
 from dr_core.presets import RoundConfig
 from dr_core.stale_fresh import plan
-from dr_core.store import Store, default_store_url
+from dr_core.store import SEGMENT_PATTERN, Store, default_store_url
 from flows.coevolve import with_models
 from flows.round import StepLog, run_step
 from tasks import round as steps
@@ -31,7 +31,7 @@ class StaleFreshParams(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     store: str = Field(default_factory=default_store_url, description="Artifact store URL (path or s3://...).")
-    run_id: str = Field("local", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$", description="The co-evolution run.")
+    run_id: str = Field("local", pattern=SEGMENT_PATTERN, description="The co-evolution run.")
     round_no: int | None = Field(None, ge=1, description="Round t: G(t-1) vs G(t) on P(t-1)'s sets (None: latest).")
     config: RoundConfig | None = Field(None, description="Round config (engines, lengths); None: the run's recorded one.")
 

@@ -19,6 +19,7 @@ from dr_core.evaluator import (
     verify,
 )
 from dr_core.rubric import UNSCORABLE
+from tests.fakes import verifier_check
 
 
 class FakeEngine(Engine):
@@ -39,8 +40,7 @@ class FakeEngine(Engine):
         for conv in conversations:
             user = conv[-1]["content"]
             if choices:
-                crit = user.split("Criterion: ")[1].split("\n")[0]
-                resp = user.split("[RESPONSE]\n")[1].split("\n[END RESPONSE]")[0]
+                crit, resp = verifier_check(user)
                 text, fin = self.verdict_override.get(crit, ("yes" if crit.split()[-1] in resp else "no", "stop"))
             else:
                 text = self.rubric_text(user) if callable(self.rubric_text) else self.rubric_text

@@ -20,6 +20,7 @@ from dr_core.evaluator import (
     yes_no_logodds,
 )
 from dr_core.rubric import UNSCORABLE
+from tests.fakes import verifier_check
 
 LN = math.log
 
@@ -44,7 +45,7 @@ class LogprobEngine(Engine):
         out = []
         for conv in conversations:
             user = conv[-1]["content"]
-            crit = user.split("Criterion: ")[1].split("\n")[0]
+            crit, _ = verifier_check(user)
             if crit == "too long":
                 out.append(Completion(("",), (PROMPT_TOO_LONG,), 0, (0,)))
                 continue

@@ -27,6 +27,7 @@ from dr_core.grpo import (
 from dr_core.model import COMPLETE_MARKER
 from dr_core.rubric import Rubric, RubricItem
 from dr_core.scoring import anchor_reward, combined_advantages, discriminability_reward, group_advantages, rubric_scores
+from tests.fakes import verifier_check
 
 
 def _bit(*parts: str) -> int:
@@ -48,8 +49,7 @@ class FakeEngine(Engine):
         for conv in conversations:
             user = conv[-1]["content"]
             if choices:
-                crit = user.split("Criterion: ")[1].split("\n")[0]
-                resp = user.split("[RESPONSE]\n")[1].split("\n[END RESPONSE]")[0]
+                crit, resp = verifier_check(user)
                 text, fin = ("yes" if _bit(crit, resp) else "no"), "stop"
             else:
                 text, fin = self.rubric_text, self.finish

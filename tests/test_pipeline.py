@@ -10,6 +10,7 @@ import pytest
 from dr_core import pipeline
 from dr_core.engines.base import Completion, Engine
 from dr_core.presets import preset
+from tests.fakes import verifier_check
 
 
 class ScriptedEngine(Engine):
@@ -30,8 +31,8 @@ class ScriptedEngine(Engine):
             if json_schema is not None:
                 texts = [json.dumps({"rubrics": self.rubric})] * n
             elif choices is not None:
-                response = text.split("[RESPONSE]")[1].split("[END RESPONSE]")[0].lower()
-                criterion = text.split("Criterion: ")[1].split("\n")[0]
+                criterion, response = verifier_check(text)
+                response = response.lower()
                 texts = ["yes" if criterion.split()[-1].lower() in response else "no"] * n
             else:
                 texts = [f"answer {j} with detail" if j % 2 else f"answer {j}" for j in range(n)]

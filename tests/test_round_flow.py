@@ -58,8 +58,8 @@ def test_round_fills_tables_and_rerun_is_served_from_cache(prefect_harness, micr
     ran, cached = ex.values()
     assert set(ran) == set(first["steps"]) and set(cached) == set(again["steps"])
     assert all(ran[n]["state"] == "Completed" for n in MODEL_STEPS) and ran["sample"]["flow"] == "dynamicrubric-round"
-    assert all(cached[n]["state"] == "Cached" for n in MODEL_STEPS) and next(iter(cached.values()))["execution_ran"] < \
-        next(iter(ran.values()))["execution_ran"]
+    assert all(cached[n]["state"] == "Cached" for n in MODEL_STEPS)
+    assert cached["sample"]["execution_ran"] < ran["sample"]["execution_ran"]
     assert ran["verify"]["seconds"] == first["steps"]["verify"]["seconds"]
 
 

@@ -1,0 +1,11 @@
+"""Helpers shared by the tests' fake engines: reading a verifier request back (dr_core.prompts.verifier_messages)."""
+
+from __future__ import annotations
+
+
+def verifier_check(user: str) -> tuple[str, str]:
+    """(criterion, response) of a verifier request's user message (VERIFIER_PREFIX_TEMPLATE, then
+    VERIFIER_CRITERION_TEMPLATE)."""
+    criterion = user.split("Criterion: ")[1].split("\n")[0]
+    response = user.split("[RESPONSE]\n")[1].split("\n[END RESPONSE]")[0]
+    return criterion, response
