@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
+from dr_core.model import BUNDLED, is_bundled
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 #: The model name that means "the prepared default checkpoint" (``dr model prepare``).
@@ -31,6 +32,8 @@ DEFAULT_MODEL = "default"
 EngineKind = Literal["vllm", "openai_http"]
 #: How the verifier turns a check into yes/no (``dr_core.evaluator.verify``): see ``EngineConfig.verdict_mode``.
 VerdictMode = Literal["choice", "calibrated"]
+#: The verifier's prompt (``dr_core.prompts.verifier_messages``): see ``EngineConfig.verifier_prompt``.
+VerifierPrompt = Literal["system", "plain"]
 ROLES = ("generator", "verifier", "policy")
 
 
@@ -50,8 +53,9 @@ class EngineConfig(BaseModel):
     )
     model: str = Field(
         DEFAULT_MODEL,
-        description="For vllm: a local Hugging Face checkpoint directory, or 'default' for the checkpoint made by "
-        "`dr model prepare`. For openai_http: the served model name ('default' asks the server for its only model).",
+        description="For vllm: a bundled model's name (`dr model list`: 'smollm2-135m-instruct' = 'default', "
+        "'qwen2.5-coder-0.5b-instruct', ...; prepared on first use) or a local Hugging Face checkpoint directory. "
+        "For openai_http: the served model name ('default' asks the server for its only model).",
     )
     dtype: Literal["float32", "bfloat16", "float16", "auto"] = Field(
         "float32", description="Weights dtype for vllm. float32 on CPU (bf16 is 3-8x slower there)."
@@ -97,6 +101,14 @@ class EngineConfig(BaseModel):
         "(0.458 vs 0.500 accuracy; see dr_core/evaluator.py), hence the default. Roles with equal configs "
         "share one engine: set it on every role to keep one model loaded.",
     )
+    verifier_prompt: VerifierPrompt = Field(
+        "system",
+        description="Verifier role only: how a check is worded. 'system': the instructions in a system turn, the "
+        "prompt, response and criterion in the user turn. 'plain': one user turn, no system turn (instructions, "
+        "[User prompt], [Response], [Criterion], then the yes/no question). Chosen per model by measurement "
+        "(infra/benchmarks/bench_verdicts.py; README 'Choosing the verdict procedure'); the tiny preset's "
+        "verifier uses 'plain'. Both keep the criterion last, so prefix caching serves them alike.",
+    )
 
     @field_validator("model")
     @classmethod
@@ -114,12 +126,13 @@ class EngineConfig(BaseModel):
                 raise ValueError(f"base_url {self.base_url!r} must start with http:// or https://")
         elif self.base_url:
             raise ValueError("base_url is only used with kind 'openai_http'; remove it or set kind: openai_http")
-        if self.kind == "vllm" and self.model != DEFAULT_MODEL:
+        if self.kind == "vllm" and not is_bundled(self.model):
             path = Path(self.model).expanduser()
             if not (path / "config.json").is_file():
                 raise ValueError(
-                    f"model {self.model!r} is not a Hugging Face checkpoint directory (no config.json); "
-                    "give a local checkpoint, 'default' (run `dr model prepare`), or use kind: openai_http"
+                    f"model {self.model!r} is neither a bundled model ({', '.join(BUNDLED)}; see `dr model list`) "
+                    "nor a Hugging Face checkpoint directory (no config.json); give one of those, 'default', or "
+                    "use kind: openai_http"
                 )
         return self
 

@@ -23,7 +23,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Callable, Literal, Sequence
 
-from dr_core.config import DEFAULT_MODEL, EngineConfig, EnginesConfig
+from dr_core.config import EngineConfig, EnginesConfig
 from dr_core.datasets import load
 from dr_core.engines import Engine, make_engine
 from dr_core.evaluator import EvalItem, Mode, SetEvaluation, evaluate_sets
@@ -70,18 +70,20 @@ def eval_items(path: str | Path, fmt: EvalFormat, limit: int | None = None) -> t
 # ----------------------------------------------------------------------------------------------------- engines
 
 
-def _needs_default(cfg: EngineConfig) -> bool:
-    return cfg.kind == "vllm" and cfg.model == DEFAULT_MODEL
+def _bundled_model(cfg: EngineConfig) -> str | None:
+    from dr_core.model import is_bundled
+
+    return cfg.model if cfg.kind == "vllm" and is_bundled(cfg.model) else None
 
 
 def open_engines(config: EnginesConfig, roles: Sequence[str], log: Log = _quiet) -> tuple[dict[str, Engine], float]:
     """One engine per distinct config among ``roles`` (roles with equal configs share one), and start-up seconds.
-    Prepares the default model first if a role needs it."""
+    Prepares the bundled models the roles name first."""
     start = time.perf_counter()
-    if any(_needs_default(getattr(config, r)) for r in roles):
-        from dr_core.model import prepare_default_model
+    from dr_core.model import prepare
 
-        prepare_default_model(log)
+    for name in dict.fromkeys(filter(None, (_bundled_model(getattr(config, r)) for r in roles))):
+        prepare(name, log)
     built: dict[EngineConfig, Engine] = {}
     engines = {}
     for role in roles:

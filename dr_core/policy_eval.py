@@ -258,7 +258,8 @@ def score_verifiable(rows: Sequence[VerifiableRow], task: str,
 
 # -- the command: resolve engines, load, run ------------------------------------------------------------------------
 def engine_spec(spec: str, *, max_model_len: int = 4096, api_key: str | None = None) -> EngineConfig:
-    """An engine from a command-line word: ``default`` (the prepared default model), a local Hugging Face
+    """An engine from a command-line word: a bundled model's name (``default``, ``qwen2.5-coder-0.5b-instruct``,
+    ...; `dr model list`), a local Hugging Face
     checkpoint directory, or an OpenAI-compatible server ``http(s)://host:port/v1[#served-model-name]`` (no name:
     the server's only model). ConfigError (a ValueError) with the fix otherwise."""
     if spec.startswith(("http://", "https://")):
@@ -269,8 +270,10 @@ def engine_spec(spec: str, *, max_model_len: int = 4096, api_key: str | None = N
 
 
 def is_checkpoint_spec(spec: str) -> bool:
-    """True when a --baseline word names a model (default, URL, checkpoint directory), False for an answers file."""
-    return spec == DEFAULT_MODEL or spec.startswith(("http://", "https://")) or Path(spec).is_dir()
+    """True when a --baseline word names a model (bundled name, URL, checkpoint directory), False for an answers file."""
+    from dr_core.model import is_bundled
+
+    return is_bundled(spec) or spec.startswith(("http://", "https://")) or Path(spec).is_dir()
 
 
 def baseline_from_file(rows: Sequence[PromptRow], path: str | Path) -> list[PromptRow]:
@@ -295,10 +298,10 @@ class _Engines:
     def get(self, cfg: EngineConfig) -> Engine:
         if cfg not in self.open:
             t = time.perf_counter()
-            if cfg.kind == "vllm" and cfg.model == DEFAULT_MODEL:
-                from dr_core.model import prepare_default_model
+            from dr_core.model import is_bundled, prepare
 
-                prepare_default_model(self.log)
+            if cfg.kind == "vllm" and is_bundled(cfg.model):
+                prepare(cfg.model, self.log)
             from dr_core.engines import make_engine
 
             self.log(f"starting {cfg.kind} engine (model {cfg.model})")

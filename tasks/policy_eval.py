@@ -15,7 +15,8 @@ from __future__ import annotations
 from prefect import task
 
 from dr_core import checkpoints, policy_eval, sql
-from dr_core.config import DEFAULT_MODEL, EngineConfig
+from dr_core.config import EngineConfig
+from dr_core.model import is_bundled
 from dr_core.datasets import load
 from dr_core.pipeline import dataset_name, resolve_data
 from dr_core.presets import CoevolveConfig
@@ -27,8 +28,8 @@ from tasks.runtime import engine_for, model_id, write_ref
 def _policy_engine(cfg: CoevolveConfig, s: Store, ref: dict) -> EngineConfig:
     """The round's policy engine pointed at the checkpoint ``ref`` (``default``: the backbone P(0) as configured)."""
     base = cfg.round.engines.policy
-    if ref["uri"] == DEFAULT_MODEL:
-        return base
+    if is_bundled(ref["uri"]):
+        return base.model_copy(update={"model": ref["uri"]})
     return base.model_copy(update={"model": str(checkpoints.materialise(s, ref["uri"]))})
 
 

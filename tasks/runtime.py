@@ -14,8 +14,9 @@ from functools import lru_cache
 from pathlib import Path
 from urllib.parse import urlparse
 
-from dr_core.config import DEFAULT_MODEL, EngineConfig
+from dr_core.config import EngineConfig
 from dr_core.engines import Engine, make_engine
+from dr_core.model import is_bundled, model_identity, prepare
 from dr_core.store import Store
 
 _POOL: dict[EngineConfig, Engine] = {}
@@ -44,10 +45,8 @@ def engine_for(cfg: EngineConfig) -> Engine:
                 engine = _POOL.pop(oldest)
                 if oldest not in _EXTERNAL:
                     engine.close()
-            if cfg.model == DEFAULT_MODEL:
-                from dr_core.model import prepare_default_model
-
-                prepare_default_model()
+            if is_bundled(cfg.model):
+                prepare(cfg.model)
         _POOL[cfg] = make_engine(cfg)
         return _POOL[cfg]
 
@@ -82,14 +81,12 @@ def _dir_fingerprint(path: str) -> str:
 
 
 def model_id(cfg: EngineConfig) -> str:
-    """A model's identity for artifacts and cache keys: the default checkpoint by the GGUF hash it came from, a
+    """A model's identity for artifacts and cache keys: a bundled checkpoint by the GGUF hash it came from, a
     local checkpoint by a hash of its files, a served model by URL and name."""
     if cfg.kind == "openai_http":
         return f"{cfg.base_url}#{cfg.model}"
-    if cfg.model == DEFAULT_MODEL:
-        from dr_core.model import CHECKPOINT_NAME
-
-        return CHECKPOINT_NAME
+    if is_bundled(cfg.model):
+        return model_identity(cfg.model)
     return f"{Path(cfg.model).name}@{_dir_fingerprint(str(Path(cfg.model).expanduser().resolve()))}"
 
 
