@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Literal, Sequence
 
 from dr_core import prompts
-from dr_core.config import VerdictMode
+from dr_core.config import VerdictMode, VerifierPrompt
 from dr_core.engines.base import PROMPT_TOO_LONG, Completion, Engine
 from dr_core.rubric import UNSCORABLE, Rubric, RubricError, parse_rubric
 from dr_core.scoring import anchor_reward, discriminability_reward, rubric_scores
@@ -231,8 +231,8 @@ CONTENT_FREE_INPUTS = (("N/A", "N/A"), ("", ""), ("[MASK]", "[MASK]"))
 CONTENT_FREE_CRITERIA = ("N/A", "[MASK]", "The response meets the criterion.")
 #: |log-odds| cap: a verdict word missing from the top-N gets the N-th log-probability, which may be -inf.
 _LOGODDS_CAP = 50.0
-#: verifier engine -> its bias (None: its content-free checks gave no yes/no log-probabilities)
-_BIAS: "weakref.WeakKeyDictionary[Engine, float | None]" = weakref.WeakKeyDictionary()
+#: verifier engine -> prompt style -> its bias (None: its content-free checks gave no yes/no log-probabilities)
+_BIAS: "weakref.WeakKeyDictionary[Engine, dict[str, float | None]]" = weakref.WeakKeyDictionary()
 
 
 def _verdict_word(token: str) -> int | None:
@@ -271,9 +271,10 @@ def _first_logodds(out: Completion) -> float | None:
     return yes_no_logodds(out.top_logprobs[0][0])
 
 
-def _ask_logodds(engine: Engine, checks: Sequence[Check]) -> list[Completion]:
+def _ask_logodds(engine: Engine, checks: Sequence[Check], style: str | None = None) -> list[Completion]:
+    style = style or verifier_prompt_of(engine)
     return engine.chat(
-        [prompts.verifier_messages(c.prompt, c.response, c.criterion) for c in checks],
+        [prompts.verifier_messages(c.prompt, c.response, c.criterion, style=style) for c in checks],
         n=1,
         temperature=0.0,
         max_tokens=1,
@@ -285,18 +286,21 @@ def content_free_checks() -> list[Check]:
     return [Check(p, r, c) for p, r in CONTENT_FREE_INPUTS for c in CONTENT_FREE_CRITERIA]
 
 
-def verdict_bias(engine: Engine, stats: StageStats | None = None) -> float | None:
-    """The verifier's bias b: mean yes-vs-no log-odds on content-free checks, computed once per engine object
-    (its cost is added to ``stats`` that once). None when no content-free check gave log-probabilities."""
-    if engine in _BIAS:
-        return _BIAS[engine]
+def verdict_bias(engine: Engine, stats: StageStats | None = None, style: str | None = None) -> float | None:
+    """The verifier's bias b: mean yes-vs-no log-odds on content-free checks, computed once per engine object and
+    prompt style (its cost is added to ``stats`` that once). None when no content-free check gave
+    log-probabilities."""
+    style = style or verifier_prompt_of(engine)
+    known = _BIAS.setdefault(engine, {})
+    if style in known:
+        return known[style]
     start = time.perf_counter()
-    outs = _ask_logodds(engine, content_free_checks())
+    outs = _ask_logodds(engine, content_free_checks(), style)
     if stats is not None:
         stats.add(outs, time.perf_counter() - start)
     odds = [o for o in map(_first_logodds, outs) if o is not None]
-    _BIAS[engine] = sum(odds) / len(odds) if odds else None
-    return _BIAS[engine]
+    known[style] = sum(odds) / len(odds) if odds else None
+    return known[style]
 
 
 def calibrated_verdict(logodds: float | None, bias: float) -> int | None:
@@ -309,6 +313,11 @@ def verdict_mode_of(engine: Engine) -> VerdictMode:
     return getattr(getattr(engine, "config", None), "verdict_mode", "choice")
 
 
+def verifier_prompt_of(engine: Engine) -> VerifierPrompt:
+    """The engine's configured verifier prompt style ("system" for engines without a config)."""
+    return getattr(getattr(engine, "config", None), "verifier_prompt", "system")
+
+
 def verify(
     engine: Engine,
     checks: Sequence[Check],
@@ -316,12 +325,14 @@ def verify(
     max_tokens: int = 4,
     structured: bool = True,
     verdict_mode: VerdictMode | None = None,
+    verifier_prompt: VerifierPrompt | None = None,
 ) -> tuple[list[int | None], StageStats]:
     """Verdicts for every check (1 yes, 0 no, None unscorable), in input order, from one engine call.
 
     Greedy decoding. Identical checks are asked once; the rest are grouped by (prompt, response) so that checks
     sharing a prefix are adjacent in the batch.
 
+    verifier_prompt: None reads the engine's ``config.verifier_prompt`` ("system" or "plain" wording).
     verdict_mode: None reads the engine's ``config.verdict_mode``. "calibrated" asks for the first token's top
     log-probabilities without the choice constraint (one token) and compares its yes-vs-no log-odds with the
     engine's content-free bias (``verdict_bias``; its first computation is counted in the stats). It falls back
@@ -334,20 +345,21 @@ def verify(
     if not unique:
         return [], stats
     mode = verdict_mode or verdict_mode_of(engine)
+    style = verifier_prompt or verifier_prompt_of(engine)
     if mode not in ("choice", "calibrated"):
         raise ValueError(f"verdict_mode must be 'choice' or 'calibrated', got {mode!r}")
     if mode == "calibrated" and structured and getattr(engine, "supports_logprobs", False):
-        bias = verdict_bias(engine, stats)
+        bias = verdict_bias(engine, stats, style)
         if bias is not None:
             start = time.perf_counter()
-            outs = _ask_logodds(engine, unique)
+            outs = _ask_logodds(engine, unique, style)
             stats.add(outs, time.perf_counter() - start)
             if any(o.top_logprobs is not None for o in outs):
                 verdict = {c: calibrated_verdict(_first_logodds(o), bias) for c, o in zip(unique, outs)}
                 return [verdict[c] for c in checks], stats
     start = time.perf_counter()
     outs = engine.chat(
-        [prompts.verifier_messages(c.prompt, c.response, c.criterion) for c in unique],
+        [prompts.verifier_messages(c.prompt, c.response, c.criterion, style=style) for c in unique],
         n=1,
         temperature=0.0,
         max_tokens=max_tokens,

@@ -125,6 +125,25 @@ VERIFIER_PREFIX_TEMPLATE = """[PROMPT]
 #: The varying part, last.
 VERIFIER_CRITERION_TEMPLATE = "Criterion: {criterion}\nDoes the response meet the criterion? Answer yes or no."
 
+#: The "plain" verifier prompt (``EngineConfig.verifier_prompt="plain"``): one user turn, no system turn, the
+#: instructions first, then the prompt, the response and the criterion, the question last. The system turn above
+#: made Qwen2.5-Coder-0.5B answer "no" to every check of the probe (dr_core/data/verifier_probe.jsonl); this form
+#: did not (README, "Choosing the verdict procedure"). Still shared prefix first, criterion last.
+VERIFIER_PLAIN_PREFIX_TEMPLATE = """You will check whether a response to a user prompt satisfies one criterion.
+
+[User prompt]
+{prompt}
+
+[Response]
+{response}
+
+"""
+VERIFIER_PLAIN_CRITERION_TEMPLATE = (
+    "[Criterion]\n{criterion}\n\nDoes the response satisfy this criterion? Answer yes or no."
+)
+#: Verifier prompt styles: "system" (a system turn with the instructions) and "plain" (above).
+VERIFIER_PROMPTS = ("system", "plain")
+
 POLICY_SYSTEM = "You are a helpful, honest and harmless assistant. Answer the user's request well."
 
 
@@ -174,16 +193,25 @@ def verifier_messages(
     response: str,
     criterion: str,
     layout: Literal["shared_prefix_first", "criterion_first"] = "shared_prefix_first",
+    style: str = "system",
 ) -> list[dict]:
     """DR-Verifier input for one (prompt, response, criterion) check.
 
     The default layout puts the criterion last so checks of one response share their prefix in the KV cache.
     "criterion_first" is the naive layout (no shared prefix beyond the system prompt), for benchmarks.
+    style: "system" (instructions in a system turn) or "plain" (one user turn, instructions first; see
+    ``VERIFIER_PLAIN_PREFIX_TEMPLATE``); the engine's ``verifier_prompt`` picks it.
     """
-    shared = VERIFIER_PREFIX_TEMPLATE.format(
-        prompt=clip(prompt, PROMPT_CHARS), response=clip(response, VERIFIED_RESPONSE_CHARS)
-    )
-    varying = VERIFIER_CRITERION_TEMPLATE.format(criterion=criterion)
+    if style not in VERIFIER_PROMPTS:
+        raise ValueError(f"unknown verifier prompt style {style!r}; choose one of {', '.join(VERIFIER_PROMPTS)}")
+    prefix, question = ((VERIFIER_PREFIX_TEMPLATE, VERIFIER_CRITERION_TEMPLATE) if style == "system"
+                        else (VERIFIER_PLAIN_PREFIX_TEMPLATE, VERIFIER_PLAIN_CRITERION_TEMPLATE))
+    shared = prefix.format(prompt=clip(prompt, PROMPT_CHARS), response=clip(response, VERIFIED_RESPONSE_CHARS))
+    varying = question.format(criterion=criterion)
+    if style == "plain":
+        if layout != "shared_prefix_first":
+            raise ValueError("the plain verifier prompt has only the shared-prefix-first layout")
+        return [{"role": "user", "content": shared + varying}]
     if layout == "shared_prefix_first":
         user = shared + varying
     elif layout == "criterion_first":

@@ -126,6 +126,18 @@ def test_verify_dedups_groups_and_keeps_order():
     assert ["[RESPONSE]\napple" in s for s in sent] == [True, True, False]  # same response adjacent
 
 
+def test_verify_uses_the_engines_verifier_prompt_and_an_override_wins():
+    from dr_core.config import EngineConfig
+
+    eng = FakeEngine()
+    eng.config = EngineConfig(verifier_prompt="plain")
+    checks = [Check("p", "apple", "has apple"), Check("p", "pear", "has apple")]
+    assert verify(eng, checks)[0] == [1, 0]
+    assert [[m["role"] for m in c] for c in eng.calls[-1]["conversations"]] == [["user"], ["user"]]
+    assert verify(eng, checks, verifier_prompt="system")[0] == [1, 0]
+    assert [c[0]["role"] for c in eng.calls[-1]["conversations"]] == ["system", "system"]
+
+
 def test_score_rubrics_matrix_scores_rdisc():
     eng = FakeEngine(RUBRIC)
     ev = evaluate_sets(eng, eng, ITEMS, [0])

@@ -68,3 +68,23 @@ def test_policy_messages():
 def test_many_candidates_share_one_budget():
     msgs = P.dynamic_generator_messages("p", ["r" * 5000] * 11)
     assert len(msgs[-1]["content"]) < P.CANDIDATES_TOTAL_CHARS + 11 * 40 + 1500
+
+
+def test_plain_verifier_prompt_is_one_user_turn_with_the_criterion_last():
+    a = P.verifier_messages("What is 2+2?", "It is 4.", "The answer is correct.", style="plain")
+    b = P.verifier_messages("What is 2+2?", "It is 4.", "The response is polite.", style="plain")
+    assert [m["role"] for m in a] == ["user"]
+    ta, tb = a[0]["content"], b[0]["content"]
+    shared = os.path.commonprefix([ta, tb])
+    assert shared.index("[User prompt]") < shared.index("What is 2+2?") < shared.index("[Response]") < shared.index("It is 4.")
+    assert ta.endswith("[Criterion]\nThe answer is correct.\n\nDoes the response satisfy this criterion? Answer yes or no.")
+    assert P.VERIFIER_SYSTEM not in ta
+
+
+def test_unknown_verifier_prompt_style_is_refused():
+    import pytest
+
+    with pytest.raises(ValueError, match="plain"):
+        P.verifier_messages("Q", "R", "C", style="fancy")
+    with pytest.raises(ValueError, match="shared-prefix-first"):
+        P.verifier_messages("Q", "R", "C", style="plain", layout="criterion_first")
