@@ -29,7 +29,7 @@ def _policy_engine(cfg: CoevolveConfig, s: Store, ref: dict) -> EngineConfig:
     """The round's policy engine pointed at the checkpoint ``ref`` (``default``: the backbone P(0) as configured)."""
     base = cfg.round.engines.policy
     if is_bundled(ref["uri"]):
-        return base.model_copy(update={"model": ref["uri"]})
+        return base
     return base.model_copy(update={"model": str(checkpoints.materialise(s, ref["uri"]))})
 
 
