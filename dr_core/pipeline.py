@@ -25,7 +25,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from dr_core import prompts, sql
+from dr_core import prompts, signals, sql
 from dr_core.datasets import load_ranked
 from dr_core.engines import Engine
 from dr_core.evaluator import Check, EvalItem, evaluate_sets, generate_rubrics, verify
@@ -268,10 +268,14 @@ def evaluate_evaluator(generator: Engine, verifier: Engine, cfg: RoundConfig, ch
 
 def summarise(prompt_rows: Rows, sample_rows: Rows, rubric_rows: Rows, verdict_rows: Rows, score_rows: Rows,
               reward_rows: Rows, eval_metrics: dict | None) -> dict:
-    """The round's summary numbers (what ``dr round`` prints and the runs table keeps)."""
+    """The round's summary numbers (what ``dr round`` prints and the runs table keeps). The signal checks
+    (``dr_core.signals``): ``verifier_yes_rate``, the share of yes among the ``verdicts_scored`` known verdicts (C and
+    anchors; as sql/stage_costs' yes_rate), and ``constant_score_sets_share``, the share of scored sets whose Eq. 12
+    scores on C are all equal (as sql/set_gap's zero_spread_share)."""
     r_disc = [r["r_disc"] for r in reward_rows if r["r_disc"] is not None]
     r_anchor = [r["r_anchor"] for r in reward_rows if r["r_anchor"] is not None]
     gaps = anchor_gaps(score_rows)
+    yes, scored = signals.yes_rate(v["verdict"] for v in verdict_rows)
     return {
         "prompts": len(prompt_rows),
         "sets": len({r["set_id"] for r in sample_rows}),
@@ -281,6 +285,9 @@ def summarise(prompt_rows: Rows, sample_rows: Rows, rubric_rows: Rows, verdict_r
         "rubric_items": sum(1 for r in rubric_rows if r["item"] is not None),
         "verdicts": len(verdict_rows),
         "unscorable_verdicts": sum(1 for v in verdict_rows if v["verdict"] is None),
+        "verdicts_scored": scored,
+        "verifier_yes_rate": yes,
+        "constant_score_sets_share": signals.constant_score_share(score_rows),
         "unscorable_scores": sum(1 for s in score_rows if s["score"] is None),
         "r_disc": avg_at_k(r_disc) if r_disc else None,
         "r_anchor": avg_at_k(r_anchor) if r_anchor else None,

@@ -5,8 +5,13 @@
 What it shows, round over round (paper sections 3.1, 4.4, Figure 2, appendix H):
   gap          Eq. 2 gap on the ranked anchor lists (sql/gap_by_round) and the score spread on the policy's own
                sets C (sql/set_gap: C has no reference order, so mean |S_i - S_j| over pairs)
+  warnings     degenerate signal in words, at the top of the page and in report.json (dr_core.signals): GRPO steps
+               without gradient, a verifier that says yes (or no) to almost everything, constant scores
+  signal       per round: the verifier's yes-rate on the measured sets (sql/stage_costs), the share of sets with
+               constant scores (sql/set_gap), the update steps without gradient (sql/training_signal)
   training     R_disc (Eq. 13) and R_anchor (Eq. 15) of the generator update's rollouts per GRPO step
-               (sql/training_rewards)
+               (sql/training_rewards), and the share of its GRPO groups with zero reward std per step
+               (sql/training_signal); the same share for the policy update
   saturation   rubric items every response of a set answers alike (sql/saturation)
   accuracy     evaluator accuracy on the held-out eval slice (sql/eval_summary)
   stale-fresh  the same sets of P(t-1) scored by the stale G(t-1) and the fresh G(t) (stages "stale"/"fresh", written
@@ -31,7 +36,7 @@ from pathlib import Path
 
 import duckdb
 
-from dr_core import sql
+from dr_core import signals, sql
 from dr_core.store import Store
 from dr_core.svg import bar_chart, line_chart
 
@@ -77,6 +82,28 @@ def stale_fresh(metrics: list[dict], round_no: int | None = None) -> dict | None
     if round_no is None or round_no not in rounds:
         return None
     return {"round": round_no, STALE: by[(round_no, STALE)], FRESH: by[(round_no, FRESH)]}
+
+
+def update_steps(training_signal: list[dict]) -> list[dict]:
+    """sql/training_signal rows -> one {"role", "round", "steps"} per GRPO update (steps as
+    ``signals.zero_std_by_step`` gives them); rows without a step (group size unknown) are left out."""
+    by: dict[tuple[str, int], list[dict]] = defaultdict(list)
+    for r in training_signal:
+        if r["step"] is not None:
+            by[(r["stage"], r["round"])].append({k: r[k] for k in ("step", "groups", "zero_std_groups",
+                                                                   "zero_std_share", "reward_std_mean")})
+    return [{"role": role, "round": t, "steps": sorted(v, key=lambda s: s["step"])}
+            for (role, t), v in sorted(by.items())]
+
+
+def run_warnings(metrics: list[dict], costs: list[dict], training_signal: list[dict]) -> list[str]:
+    """The run's degenerate-signal warnings in words (``signals.signal_warnings``): steps without gradient of each
+    update, the verifier's yes-rate on the measured sets of each round (sql/stage_costs' yes_rate, stage measure)
+    and the share of measured sets whose scores are constant (sql/set_gap's zero_spread_share)."""
+    return signals.signal_warnings(
+        update_steps(training_signal),
+        yes_rates={c["round"]: c["yes_rate"] for c in costs if c["stage"] == "measure"},
+        constant_score_shares={m["round"]: m.get("zero_spread_share") for m in metrics if m["stage"] == "measure"})
 
 
 def _grids(rows: list[dict]) -> list[dict]:
@@ -131,16 +158,20 @@ def collect(con: duckdb.DuckDBPyConnection, run_id: str, n_examples: int = 3) ->
         for label, t, stage in views
     ]
     summary = _query(con, "eval_summary", p, errors)
+    costs = _query(con, "stage_costs", p, errors)
+    training_signal = _query(con, "training_signal", p, errors)
     return {
         "run_id": run_id,
         "generated_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "warnings": run_warnings(metrics, costs, training_signal),
         "metrics": metrics,
         "training": _query(con, "training_rewards", p, errors),
+        "training_signal": training_signal,
         "eval": [r for r in summary if r["metric"] in ("accuracy", "ties", "unscorable")],
         "win_rate": [r for r in summary if r["metric"] in WIN_METRICS],
         "stale_fresh": sf,
         "examples": examples,
-        "costs": _query(con, "stage_costs", p, errors),
+        "costs": costs,
         "run_log": _query(con, "run_log", p, errors),
         "step_times": _query(con, "step_times", p, errors),
         "errors": errors,
@@ -219,7 +250,89 @@ def _training_section(d: dict) -> str:
     if rows and not any(r["mean_r_disc"] is not None or r["mean_r_anchor"] is not None for r in tr):
         c1, c2 = '<p class="nodata">no data: no training rollout could be scored (every rubric unusable; see the table)</p>', ""
     body = (c1 + c2 + table) if rows else NO_DATA
-    return _section("training", "Generator training rewards: R_disc and R_anchor over steps", intro, body)
+    return _section("training", "Generator training rewards: R_disc and R_anchor over steps", intro,
+                    body + f'<p class="intro">{ZERO_STD_INTRO}</p>' + _zero_std_block(d, "generator"))
+
+
+ZERO_STD_INTRO = ("A GRPO group (the rollouts of one prompt in one step) whose rewards do not vary (sample std below "
+                  f"{signals.ZERO_STD:g}, or fewer than 2 scorable rewards) gives every rollout advantage 0: it "
+                  "teaches nothing. A step where every group is like that has <b>no gradient</b> (share 1). From "
+                  "the recorded rollouts (sql/training_signal); the reward is what TRL got: the generator's "
+                  "A = A_disc + lam A_anchor (Eq. 24-25), the policy's Eq. 12 score.")
+
+
+def _zero_std_block(d: dict, role: str) -> str:
+    """Chart and table of the share of zero-std GRPO groups per step of one update (sql/training_signal)."""
+    rows = [r for r in d.get("training_signal", []) if r["stage"] == role]
+    if not rows:
+        return f"<h3>Zero-std GRPO groups per step, {role} update</h3>" + NO_DATA
+    stepped = sorted((r for r in rows if r["step"] is not None), key=lambda r: (r["round"], r["step"]))
+    x = {(r["round"], r["step"]): i for i, r in enumerate(stepped)}
+    markers = [(min(i for (t, _), i in x.items() if t == rt), f"round {rt}") for rt in sorted({t for t, _ in x})]
+    chart = _chart(line_chart, [("share of groups with zero reward std", [(x[(r["round"], r["step"])],
+                                                                          r["zero_std_share"]) for r in stepped])],
+                   f"{role} GRPO step (counted over the run's rounds)", "share of groups (0..1; 1 = no gradient)",
+                   title=f"Zero-std GRPO groups per step, {role} update", markers=markers) if stepped else ""
+    table = _table(["round", "step", "groups", "zero-std groups", "share", "mean group reward std", ""],
+                   [[_n(r["round"]), _n(r["step"]), _n(r["groups"]), _n(r["zero_std_groups"]),
+                     _n(r["zero_std_share"], 2), _n(r["reward_std_mean"]),
+                     '<span class="warn">no gradient</span>' if r["groups"] and r["zero_std_groups"] == r["groups"]
+                     else ""] for r in rows])
+    return f"<h3>Zero-std GRPO groups per step, {role} update</h3>" + chart + table
+
+
+def _policy_training_section(d: dict) -> str:
+    intro = ("The policy update P(t-1) -> P(t): each group is the K completions of one prompt, rewarded with their "
+             "Eq. 12 scores under the rubric the fixed G(t) writes for the group (rewards and scores tables, stage "
+             "policy). " + ZERO_STD_INTRO)
+    return _section("policy-training", "Policy training signal: zero-std groups per step", intro,
+                    _zero_std_block(d, "policy"))
+
+
+def _signal_section(d: dict) -> str:
+    """Per round: the verifier's yes-rate on the measured sets, constant-score sets, update steps without gradient."""
+    yes = {c["round"]: c for c in d["costs"] if c["stage"] == "measure"}
+    const = {m["round"]: m.get("zero_spread_share") for m in d["metrics"] if m["stage"] == "measure"}
+    dead = {(u["role"], u["round"]): (signals.no_gradient_steps(u["steps"]), len(u["steps"]))
+            for u in update_steps(d.get("training_signal", []))}
+    rounds = sorted(set(yes) | set(const) | {t for _, t in dead})
+
+    def steps(role, t):
+        return f"{dead[(role, t)][0]} of {dead[(role, t)][1]}" if (role, t) in dead else "-"
+
+    def scored(c):
+        return None if c is None else c["n_verdicts"] - c["n_unscorable_verdicts"]
+
+    rows = [[_n(t), _n((yes.get(t) or {}).get("yes_rate"), 3), _n(scored(yes.get(t))), _n(const.get(t), 2),
+             steps("generator", t), steps("policy", t)] for t in rounds]
+    chart = _chart(line_chart, [("verifier yes-rate, measured sets", [(t, (yes.get(t) or {}).get("yes_rate"))
+                                                                      for t in rounds]),
+                                ("share of sets with constant scores", [(t, const.get(t)) for t in rounds])],
+                   "round t", "share (0..1)", title="Signal checks per round, stage measure",
+                   x_tick_label="round {x}") if rounds else NO_DATA
+    table = _table(["round", "verifier yes-rate", "verdicts answered", "sets with constant scores",
+                    "generator steps without gradient", "policy steps without gradient"], rows) if rows else ""
+    intro = (f"Is there a signal at all? A verifier yes-rate above {signals.YES_RATE_HIGH} (or below "
+             f"{signals.YES_RATE_LOW}) on the measured sets (C and anchors; sql/stage_costs) means it says yes (no) "
+             "to almost everything, so every response of a set scores alike whatever the rubric; a set with constant "
+             "Eq. 12 scores (sql/set_gap: spread 0) gives no gap and R_disc 0; a GRPO step whose groups all have zero "
+             "reward std changes nothing (sql/training_signal). The warnings at the top say which rounds.")
+    return _section("signal", "Signal checks per round", intro, chart + table)
+
+
+def _warnings_box(d: dict) -> str:
+    """The degenerate-signal warnings, first thing on the page (nothing when the run has no data at all)."""
+    found = d.get("warnings") or []
+    if found:
+        items = "".join(f"<li>{_t(w)}</li>" for w in found)
+        return (f'<section id="warnings" class="warnbox"><h2>Warnings: degenerate signal</h2><ul>{items}</ul>'
+                '<p class="small">Details in <a href="#signal">signal checks</a>, <a href="#training">training '
+                'rewards</a> and <a href="#policy-training">policy training signal</a>.</p></section>')
+    if d["metrics"] or d.get("training_signal"):
+        return ('<p id="warnings" class="ok">Signal checks passed: every recorded GRPO step had a gradient, the '
+                f"verifier's yes-rate stayed within {signals.YES_RATE_LOW}..{signals.YES_RATE_HIGH} and fewer than "
+                f"{signals.CONSTANT_SCORE_WARN:.0%} of the measured sets scored constant.</p>")
+    return ""
 
 
 def _saturation_section(d: dict) -> str:
@@ -419,11 +532,6 @@ def _glance(d: dict) -> str:
         items.append(f"Stale vs fresh (round {sf['round']}): anchor gap {_n(sf[STALE].get('anchor_gap'))} vs "
                      f"{_n(sf[FRESH].get('anchor_gap'))}, R_disc {_n(sf[STALE].get('r_disc'))} vs "
                      f"{_n(sf[FRESH].get('r_disc'))}.")
-    yes = [c["yes_rate"] for c in d["costs"] if c["yes_rate"] is not None]
-    if yes and min(yes) >= 0.999:
-        items.append('<span class="warn">The verifier answered yes to every check it could answer: every response '
-                     'of a set scores the same, so gaps and R_disc are 0 by the verifier, whatever the rubrics say. '
-                     'Point the verifier at a stronger model to measure gaps.</span>')
     if not items:
         items.append("no data for this run id")
     return "<ul>" + "".join(f"<li>{i}</li>" for i in items) + "</ul>"
@@ -438,13 +546,16 @@ td.na,span.na{color:#888}.nodata{color:#888;font-style:italic}.warn{color:#9a341
 figure{display:inline-block;margin:.4em .6em .4em 0}.intro{max-width:900px}.small{font-size:.8em;color:#555}
 .prompt{background:#f7f7f7;padding:.4em;white-space:pre-wrap}dd{white-space:pre-wrap;margin-bottom:.6em}
 nav a{margin-right:1em}pre{background:#f7f7f7;padding:.4em;white-space:pre-wrap}
+.warnbox{border:2px solid #c2410c;background:#fff7ed;padding:.2em 1em;margin:1em 0}.warnbox h2{color:#9a3412;margin-top:.4em}
+.warnbox li{color:#9a3412;font-weight:bold;margin:.3em 0}.ok{color:#166534}
 """
 
 
 def render_html(d: dict, store_url: str = "") -> str:
     """The report page for ``collect``'s data: one HTML string, no external references."""
     sections = []
-    for sid, render in (("gap", _gap_section), ("training", _training_section), ("saturation", _saturation_section),
+    for sid, render in (("signal", _signal_section), ("gap", _gap_section), ("training", _training_section),
+                        ("policy-training", _policy_training_section), ("saturation", _saturation_section),
                         ("accuracy", _eval_section), ("win-rate", _win_rate_section),
                         ("stale-fresh", _stale_fresh_section),
                         ("examples", _examples_section), ("cost", _cost_section)):
@@ -453,7 +564,8 @@ def render_html(d: dict, store_url: str = "") -> str:
         except Exception as exc:  # a data shape the page did not foresee: say so in place, keep the rest
             sections.append(_section(sid, sid, "", f'<p class="nodata">no data (could not render: {_t(repr(exc))})</p>'))
     nav = "".join(f'<a href="#{sid}">{_t(label)}</a>' for sid, label in [
-        ("gap", "score gap"), ("training", "training rewards"), ("saturation", "saturation"),
+        ("signal", "signal checks"), ("gap", "score gap"), ("training", "training rewards"),
+        ("policy-training", "policy training signal"), ("saturation", "saturation"),
         ("accuracy", "accuracy"), ("win-rate", "policy win rate"), ("stale-fresh", "stale vs fresh"),
         ("examples", "rubric examples"),
         ("cost", "cost")])
@@ -464,7 +576,8 @@ def render_html(d: dict, store_url: str = "") -> str:
         f"<h1>DynamicRubric gap analysis: run {_t(d['run_id'])}</h1>"
         f'<p class="small">store {_t(store_url)}; generated {_t(d["generated_at"])}; figures are inline SVG, hover a '
         "point or bar for its value; report.json beside this page holds the numbers.</p>"
-        f"<nav>{nav}</nav><h2>At a glance</h2>{_glance(d)}{''.join(sections)}{errors}</body></html>\n"
+        f"{_warnings_box(d)}<nav>{nav}</nav><h2>At a glance</h2>{_glance(d)}{''.join(sections)}{errors}"
+        "</body></html>\n"
     )
 
 

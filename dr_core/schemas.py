@@ -162,7 +162,8 @@ _SPECS = [
             _f("advantage", pa.float64(), True),
         ]),
         RUN_KEYS,
-        "one row per GRPO rollout: R_disc (Eq. 13), R_anchor (Eq. 15) and advantages (Eq. 24-25)",
+        "one row per GRPO rollout: R_disc (Eq. 13), R_anchor (Eq. 15) and advantages (Eq. 24-25); a policy-update "
+        "row is one completion (rollout = step x K + index) with its Eq. 21 advantage and no R_disc / R_anchor",
     ),
     TableSpec(
         "checkpoints",

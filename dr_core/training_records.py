@@ -6,14 +6,18 @@ anchors of a round. ``RolloutSink`` collects the rollout records the reward func
 tables (stage ``generator`` or ``policy``), so every training rollout can be audited with SQL.
 
 Ids: a generator rollout is (set_id = group id, rollout = step * G + rollout index); a policy reward call makes a
-new response set per group, numbered by a running ``set_id`` in arrival order.
+new response set per group, numbered by a running ``set_id`` in arrival order, and its rewards rows number a
+completion the same way (rollout = step * K + index in the set), so the GRPO step of every rollout of both updates
+is in the rewards table (``sql/training_signal.sql``).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 
+from dr_core import signals
 from dr_core.grpo import GeneratorRow, PolicyRow
+from dr_core.scoring import ADV_EPS
 
 Rows = list[dict]
 
@@ -68,6 +72,11 @@ class RolloutSink:
     def __call__(self, records: list[dict]) -> None:
         self.records.extend(records)
 
+    def zero_std_by_step(self, reward: str) -> list[dict]:
+        """Per GRPO step, the groups whose rewards do not vary (``signals.zero_std_by_step``); ``reward``: the record
+        field TRL got as the reward (generator: ``advantage``, policy: ``score``)."""
+        return signals.zero_std_by_step((r["step"], r["group_id"], r[reward]) for r in self.records)
+
     # -- generator --------------------------------------------------------------------------------------------
     def generator_tables(self) -> dict[str, Rows]:
         rubrics, verdicts, scores, rewards = [], [], [], []
@@ -97,9 +106,11 @@ class RolloutSink:
 
     # -- policy -----------------------------------------------------------------------------------------------
     def policy_tables(self) -> dict[str, Rows]:
-        samples, rubrics, verdicts, scores = [], [], [], []
+        """samples, rubrics, verdicts, scores (the Eq. 12 score is the rollout's reward) and rewards (one row per
+        completion: rollout = step * K + index, the Eq. 21 advantage TRL gives it; no R_disc / R_anchor)."""
+        samples, rubrics, verdicts, scores, rewards = [], [], [], [], []
         set_ids: dict[tuple[int, int], int] = {}
-        for rec in self.records:
+        for rec, advantage in zip(self.records, _policy_advantages(self.records)):
             key = (rec["step"], rec["group_id"])
             new_set = key not in set_ids
             set_id = set_ids.setdefault(key, len(set_ids))
@@ -119,4 +130,25 @@ class RolloutSink:
                              "verdict": None if v is None else bool(v), "verifier": self.verifier}
                             for m, v in enumerate(rec["verdicts"] or []))
             scores.append({**base, "rollout": 0, "target": "C", "response": rec["rollout"], "score": rec["score"]})
-        return {"samples": samples, "rubrics": rubrics, "verdicts": verdicts, "scores": scores}
+            rewards.append({**base, "rollout": rec["step"] * self.group_size + rec["rollout"], "r_disc": None,
+                            "r_anchor": None, "adv_disc": None, "adv_anchor": None, "advantage": advantage})
+        return {"samples": samples, "rubrics": rubrics, "verdicts": verdicts, "scores": scores, "rewards": rewards}
+
+
+def _policy_advantages(records: list[dict]) -> list[float]:
+    """Eq. 21 as TRL 1.16 computes it with unscorable rewards: within each (step, group), (score - mean) / (std + eps)
+    over the scored completions (sample std), 0 for an unscorable one; 0 for all when fewer than 2 are scored."""
+    groups: dict[tuple[int, int], list[int]] = defaultdict(list)
+    for i, rec in enumerate(records):
+        groups[(rec["step"], rec["group_id"])].append(i)
+    out = [0.0] * len(records)
+    for idx in groups.values():
+        scored = [records[i]["score"] for i in idx if records[i]["score"] is not None]
+        std = signals.group_std(scored)
+        if std is None:
+            continue
+        mean = sum(scored) / len(scored)
+        for i in idx:
+            if records[i]["score"] is not None:
+                out[i] = (records[i]["score"] - mean) / (std + ADV_EPS)
+    return out

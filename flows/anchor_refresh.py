@@ -126,7 +126,7 @@ def anchor_refresh_flow(store: str | None = None, incoming: str = "incoming/anch
     out = coevolve_flow(CoevolveParams(config=cfg, store=store, run_id=run_id, start_round=start,
                                        generator_start=ref(gen), policy_start=ref(pol)))
     return result | {"trained": True, "round": start, "generator": out["generator"]["uri"],
-                     "policy": out["policy"]["uri"]}
+                     "policy": out["policy"]["uri"], "warnings": out["warnings"]}
 
 
 if __name__ == "__main__":

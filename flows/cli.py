@@ -10,9 +10,11 @@ import json
 from typing import Optional
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from dr_core.cli import app, console, fail
+from dr_core.signals import no_gradient_steps, signal_warnings
 
 
 def _load_config(preset_name: str, config_file: Optional[str], overrides: list[str]):
@@ -37,6 +39,8 @@ def _print_round(result: dict) -> None:
                        ("rubric rollouts", "rubric_rollouts"), ("rubric items", "rubric_items"),
                        ("unusable rubrics (unscorable)", "rubric_failures"), ("verdicts", "verdicts"),
                        ("unscorable verdicts", "unscorable_verdicts"), ("unscorable scores", "unscorable_scores"),
+                       ("verifier yes-rate (known verdicts, C and anchors)", "verifier_yes_rate"),
+                       ("sets with constant Eq. 12 scores (share)", "constant_score_sets_share"),
                        ("mean R_disc (Eq. 13)", "r_disc"), ("mean R_anchor (Eq. 15)", "r_anchor"),
                        ("mean anchor gap (Eq. 2)", "anchor_gap"), ("evaluator accuracy (eval slice, strict)", "eval_accuracy"),
                        ("eval examples", "eval_n")]:
@@ -50,6 +54,9 @@ def _print_round(result: dict) -> None:
     for name, info in result["steps"].items():
         steps.add_row(name, info["state"], f"{info['seconds']:.1f}")
     console.print(steps)
+    t = result["round"]
+    _print_warnings(signal_warnings(yes_rates={t: s.get("verifier_yes_rate")},
+                                    constant_score_shares={t: s.get("constant_score_sets_share")}))
 
 
 @app.command("round")
@@ -120,6 +127,27 @@ def _win_rate_cell(r: dict) -> str:
     return f"{_fmt(pe['win_rate'])}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "") + f" (n={pe['n']})"
 
 
+def _yes_rate_cell(r: dict) -> str:
+    m = r["measure"]
+    return "-" if "verifier_yes_rate" not in m else f"{_fmt(m['verifier_yes_rate'])} (n={m.get('verdicts_scored')})"
+
+
+def _zero_std_cell(r: dict, role: str) -> str:
+    """'step: share' per GRPO step of the update, with the steps that had no gradient at all."""
+    steps = (r.get(f"{role}_update") or {}).get("zero_std_by_step")
+    if not steps:
+        return "-"
+    cells = ", ".join(f"{s['step']}: {s['zero_std_share']:.2f}" for s in steps)
+    dead = no_gradient_steps(steps)
+    return cells + (f" ({dead} without gradient)" if dead else "")
+
+
+def _print_warnings(found: list[str] | None) -> None:
+    """The run's degenerate-signal warnings (dr_core.signals) in words, after the tables."""
+    for w in found or ():
+        console.print(f"[bold yellow]warning:[/] [yellow]{escape(w)}[/]")
+
+
 def _print_coevolve(result: dict) -> None:
     rounds = result["rounds"]
     tab = Table(title=f"Co-evolution run {result['run_id']}")
@@ -143,6 +171,10 @@ def _print_coevolve(result: dict) -> None:
         ("anchor gap (Eq. 2)", lambda r: _fmt(r["measure"]["anchor_gap"])),
         ("evaluator accuracy, eval slice (strict)", lambda r: f"{_fmt(r['measure']['eval_accuracy'])} (n={r['measure']['eval_n']})"),
         ("unscorable verdicts", lambda r: f"{r['measure']['unscorable_verdicts']}/{r['measure']['verdicts']}"),
+        ("verifier yes-rate, measured sets (C and anchors)", _yes_rate_cell),
+        ("sets with constant Eq. 12 scores (share)", lambda r: _fmt(r["measure"].get("constant_score_sets_share"))),
+        ("generator zero-std GRPO groups per step (share)", lambda r: _zero_std_cell(r, "generator")),
+        ("policy zero-std GRPO groups per step (share)", lambda r: _zero_std_cell(r, "policy")),
         ("win rate P(t) vs P(0), held-out [95% CI] (tasks/policy_eval.py)", _win_rate_cell),
     ]
     for label, get in rows:
@@ -156,6 +188,7 @@ def _print_coevolve(result: dict) -> None:
             console.print(f"  G({r['round']}) = {r['generator']}\n  P({r['round']}) = {r['policy']}")
     slow = sorted(result["steps"].items(), key=lambda kv: -kv[1]["seconds"])[:6]
     console.print("slowest steps: " + ", ".join(f"{k} {v['seconds']:.0f}s ({v['state']})" for k, v in slow))
+    _print_warnings(result.get("warnings"))
 
 
 @app.command("coevolve")

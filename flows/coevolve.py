@@ -10,17 +10,19 @@ the verifier stays frozen. For t = 1..T:
   4. measure P(t) with G(t): sets, rubrics, verdicts, scores, gap, accuracy    (flows/round.py::measure)
   5. win rate of P(t) against P(0) on held-out prompts, pairwise judge        (tasks/policy_eval.py)
 Round 0 (``measure_start``) measures P(0) with G(0): the "before" numbers. Every step is a cached, retryable task:
-re-running a finished round does no training and no model work.
+re-running a finished round does no training and no model work. The result's ``warnings`` say in words when the
+signal degenerated (``dr_core.signals``): a GRPO step with no gradient, a verifier that says yes (or no) to almost
+everything, sets whose scores are constant; they also go to the flow run's log.
 """
 
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from prefect import flow
+from prefect import flow, get_run_logger
 
-from dr_core import checkpoints
-from dr_core.config import DEFAULT_MODEL
+from dr_core import checkpoints, signals
+from dr_core.model import is_bundled
 from dr_core.presets import CoevolveConfig, RoundConfig, coevolve_preset
 from dr_core.store import SEGMENT_PATTERN, Store, default_store_url
 from flows.round import StepLog, measure, run_step
@@ -46,7 +48,7 @@ class CoevolveParams(BaseModel):
 def with_models(rc: RoundConfig, store: Store, generator: dict, policy: dict) -> RoundConfig:
     """The round config with the generator and policy engines pointed at these checkpoints (verifier unchanged)."""
     def point(cfg, ref):
-        if ref["uri"] == DEFAULT_MODEL:
+        if is_bundled(ref["uri"]):  # the role's own start model (train.base_ref): the engine as configured
             return cfg
         return cfg.model_copy(update={"model": str(checkpoints.materialise(store, ref["uri"]))})
 
@@ -59,6 +61,19 @@ def _num(v):
     return None if v is None else round(float(v), 4)
 
 
+#: What an update's summary carries about its training signal (tasks/train.py, dr_core.signals).
+SIGNAL_KEYS = ("zero_std_by_step", "no_gradient_steps")
+
+
+def round_warnings(rounds: list[dict]) -> list[str]:
+    """The degenerate-signal warnings of the run's round summaries, in words (``dr_core.signals``)."""
+    updates = [{"role": role, "round": r["round"], "steps": r[f"{role}_update"].get("zero_std_by_step")}
+               for r in rounds for role in ("generator", "policy") if r.get(f"{role}_update")]
+    return signals.signal_warnings(
+        updates, yes_rates={r["round"]: r["measure"].get("verifier_yes_rate") for r in rounds},
+        constant_score_shares={r["round"]: r["measure"].get("constant_score_sets_share") for r in rounds})
+
+
 @flow(name="dynamicrubric-coevolve", log_prints=True)
 def coevolve_flow(params: CoevolveParams) -> dict:
     cfg, store, run = params.config, params.store, params.run_id
@@ -66,8 +81,8 @@ def coevolve_flow(params: CoevolveParams) -> dict:
     storage = result_storage(store)
     opts = dict(result_storage=storage)
     first = 0 if cfg.measure_start and params.start_round == 1 else params.start_round
-    gen = params.generator_start or train.default_ref()
-    pol = params.policy_start or train.default_ref()
+    gen = params.generator_start or train.base_ref(cfg.round.engines.generator)
+    pol = params.policy_start or train.base_ref(cfg.round.engines.policy)
     verifier = model_id(cfg.round.engines.verifier)
 
     with StepLog(store, run, first) as log:  # select-inputs goes with the first round flushed (0 or start_round)
@@ -101,11 +116,14 @@ def coevolve_flow(params: CoevolveParams) -> dict:
                 "round": t, "generator": gen["uri"], "policy": pol["uri"], "measure": m["summary"],
                 "policy_eval": pe["metrics"] if pe else None,
                 "generator_update": {k: _num(new_gen.get(k)) for k in ("reward_first", "reward_last")}
-                | {k: new_gen.get(k) for k in ("steps", "seconds", "unparseable", "rollouts")},
+                | {k: new_gen.get(k) for k in ("steps", "seconds", "unparseable", "rollouts", *SIGNAL_KEYS)},
                 "policy_update": {k: _num(new_pol.get(k)) for k in ("reward_first", "reward_last")}
-                | {k: new_pol.get(k) for k in ("steps", "seconds", "unscorable", "rollouts")},
+                | {k: new_pol.get(k) for k in ("steps", "seconds", "unscorable", "rollouts", *SIGNAL_KEYS)},
             })
-    return {"run_id": run, "rounds": rounds, "steps": dict(log), "generator": gen, "policy": pol}
+    found = round_warnings(rounds)
+    for w in found:  # also in the flow run's log: a scheduled run (anchor refresh) has no CLI to print them
+        get_run_logger().warning(w)
+    return {"run_id": run, "rounds": rounds, "steps": dict(log), "generator": gen, "policy": pol, "warnings": found}
 
 
 if __name__ == "__main__":

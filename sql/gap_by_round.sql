@@ -5,6 +5,8 @@
 -- verdict is unscorable and drops out of its pairs; a list with fewer than 2 scored responses has gap NULL and
 -- is counted in n_lists but not in n_scored_lists (as dr_core.scoring.mean_ordered_gap). The mean over pairs is
 -- computed in closed form: among the n scored responses in rank order, the k-th enters n - 2k + 1 pairs net.
+-- The rewards of rubric rollouts (n_rollouts, mean R_disc and R_anchor, n_unscorable_rewards) leave out the policy
+-- update's rows: they number its completions, with Eq. 21 advantages and no R_disc / R_anchor (training_signal).
 -- Columns: run_id, round, stage, n_lists, n_scored_lists, mean_gap, n_rollouts, mean_r_disc, mean_r_anchor,
 -- n_unscorable_rewards.
 -- param run_id VARCHAR = NULL: only this run (NULL: every run)
@@ -45,7 +47,7 @@ rew AS (
     SELECT run_id, round, stage, count(*) AS n_rollouts, avg(r_disc) AS mean_r_disc, avg(r_anchor) AS mean_r_anchor,
            count(*) FILTER (WHERE r_disc IS NULL OR r_anchor IS NULL) AS n_unscorable_rewards
     FROM rewards
-    WHERE $run_id IS NULL OR run_id = $run_id
+    WHERE stage <> 'policy' AND ($run_id IS NULL OR run_id = $run_id)
     GROUP BY ALL
 )
 SELECT run_id, round, stage,

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from prefect import task
 
-from dr_core import checkpoints, pipeline, training_records
+from dr_core import checkpoints, pipeline, signals, training_records
 from dr_core.config import DEFAULT_MODEL, EngineConfig
 from dr_core.grpo import train_generator as grpo_train_generator
 from dr_core.grpo import train_policy as grpo_train_policy
@@ -39,18 +39,26 @@ TRAIN_STEP = dict(
     timeout_seconds=24 * 3600,
 )
 
-def default_ref() -> dict:
-    from dr_core.model import CHECKPOINT_NAME
+def default_ref(name: str = DEFAULT_MODEL) -> dict:
+    """The reference of a bundled model as a training start (round 0): uri = its name, identity = its checkpoint."""
+    from dr_core.model import model_identity
 
-    return {"uri": DEFAULT_MODEL, "sha256": CHECKPOINT_NAME}
+    return {"uri": name, "sha256": model_identity(name)}
+
+
+def base_ref(cfg: EngineConfig) -> dict:
+    """G(0) or P(0): the role's configured bundled model, else the default model (the self-contained backbone)."""
+    from dr_core.model import is_bundled
+
+    return default_ref(cfg.model if cfg.kind == "vllm" and is_bundled(cfg.model) else DEFAULT_MODEL)
 
 
 def local_dir(store: Store, ref: dict) -> Path:
     """A local directory holding the checkpoint ``ref`` points at."""
-    if ref["uri"] == DEFAULT_MODEL:
-        from dr_core.model import prepare_default_model
+    from dr_core.model import is_bundled, prepare
 
-        return Path(prepare_default_model())
+    if is_bundled(ref["uri"]):
+        return Path(prepare(ref["uri"]))
     return checkpoints.materialise(store, ref["uri"])
 
 
@@ -72,10 +80,11 @@ def _rollouts(sink: training_records.RolloutSink, scratch: Path) -> training_rec
 
 
 def _finish(s: Store, result, role: str, base: dict, run_id: str, round_no: int, tables: dict[str, list[dict]],
-            scratch: Path | None, counted: str) -> dict:
+            scratch: Path | None, counted: str, signal: list[dict], group_size: int) -> dict:
     """Write the update's rollout tables, save and register the new checkpoint, drop the scratch directory (None:
     keep it), return the checkpoint's reference and metrics (``counted``: the history field of rollouts without a usable reward,
-    summed over the run)."""
+    summed over the run; ``signal``: the zero-std groups per GRPO step, ``dr_core.signals.zero_std_by_step``, kept
+    as ``zero_std_by_step`` with the count of ``no_gradient_steps``; ``group_size``: G, for sql/training_signal)."""
     for table, trows in tables.items():
         if trows:
             write_ref(s, table, trows, f"{role}-train-{table}", run_id=run_id, round=round_no)
@@ -83,7 +92,8 @@ def _finish(s: Store, result, role: str, base: dict, run_id: str, round_no: int,
                "seconds": round(result.seconds, 1), "step_seconds": result.step_seconds,
                "resumed_from": result.resumed_from, "history": result.history,
                counted: sum(h.get(counted, 0) for h in result.history),
-               "rollouts": sum(h.get("rollouts", 0) for h in result.history)}
+               "rollouts": sum(h.get("rollouts", 0) for h in result.history), "group_size": group_size,
+               "zero_std_by_step": signal, "no_gradient_steps": signals.no_gradient_steps(signal)}
     uri = checkpoints.save(s, result.checkpoint, run_id, round_no, role)
     checkpoints.register(s, run_id, round_no, role, uri, parent=base["uri"], metrics=metrics)
     local = checkpoints.materialise(s, uri)
@@ -106,8 +116,10 @@ def train_generator(cfg: CoevolveConfig, prompts: dict, samples: dict, anchors: 
                                          verifier=verifier_model))
     result = grpo_train_generator(local_dir(s, base), rows, engine_for(cfg.round.engines.verifier), cfg.generator,
                                   scratch, on_rollouts=sink)
-    return _finish(s, result, "generator", base, run_id, round_no, _rollouts(sink, scratch).generator_tables(),
-                   None if cfg.generator.keep_resume_checkpoints else scratch, counted="unparseable")
+    sink = _rollouts(sink, scratch)
+    return _finish(s, result, "generator", base, run_id, round_no, sink.generator_tables(),
+                   None if cfg.generator.keep_resume_checkpoints else scratch, counted="unparseable",
+                   signal=sink.zero_std_by_step("advantage"), group_size=cfg.generator.num_generations)
 
 
 @task(name="train-policy", **TRAIN_STEP)
@@ -123,5 +135,7 @@ def train_policy(cfg: CoevolveConfig, prompts: dict, base: dict, generator: dict
                                       verifier=verifier_model))
     result = grpo_train_policy(local_dir(s, base), rows, engine_for(gen_cfg), engine_for(cfg.round.engines.verifier),
                                cfg.policy, scratch, on_rollouts=sink)
-    return _finish(s, result, "policy", base, run_id, round_no, _rollouts(sink, scratch).policy_tables(),
-                   None if cfg.policy.keep_resume_checkpoints else scratch, counted="unscorable")
+    sink = _rollouts(sink, scratch)
+    return _finish(s, result, "policy", base, run_id, round_no, sink.policy_tables(),
+                   None if cfg.policy.keep_resume_checkpoints else scratch, counted="unscorable",
+                   signal=sink.zero_std_by_step("score"), group_size=cfg.policy.num_generations)

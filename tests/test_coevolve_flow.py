@@ -26,7 +26,7 @@ def micro_coevolve(test_engine_config):
 
 
 def test_one_round_trains_both_and_rerun_does_no_training(prefect_harness, micro_coevolve, tmp_path):
-    from dr_core import checkpoints
+    from dr_core import checkpoints, sql
     from dr_core.store import Store
     from flows.coevolve import CoevolveParams, coevolve_flow
 
@@ -53,6 +53,17 @@ def test_one_round_trains_both_and_rerun_does_no_training(prefect_harness, micro
     n_rollouts = r1["generator_update"]["rollouts"]
     assert con.sql("SELECT count(*) FROM rewards WHERE stage = 'generator'").fetchall() == [(n_rollouts,)]
     assert con.sql("SELECT count(*) FROM samples WHERE stage = 'policy'").fetchall() == [(r1["policy_update"]["rollouts"],)]
+    n_policy = r1["policy_update"]["rollouts"]
+    assert con.sql("SELECT count(*) FROM rewards WHERE stage = 'policy'").fetchall() == [(n_policy,)]
+    # the summary's zero-std GRPO groups per step are what sql/training_signal finds in the stored rollouts
+    signal = sql.run(con, "training_signal", {"run_id": "co"}).to_pylist()
+    for role in ("generator", "policy"):
+        u = r1[f"{role}_update"]
+        want = [(st["step"], st["groups"], st["zero_std_groups"]) for st in u["zero_std_by_step"]]
+        assert want and [(r["step"], r["groups"], r["zero_std_groups"]) for r in signal if r["stage"] == role] == want
+        assert u["no_gradient_steps"] == sum(st["zero_std_groups"] == st["groups"] for st in u["zero_std_by_step"])
+    assert {"verifier_yes_rate", "verdicts_scored", "constant_score_sets_share"} <= set(r1["measure"])
+    assert isinstance(first["warnings"], list) and all(isinstance(w, str) for w in first["warnings"])
     assert con.sql("SELECT count(*) FROM samples WHERE stage = 'measure' AND round = 1").fetchall() == [(4,)]
     # every step of the flow is in the steps table, under round 1 (no round-0 measurement here)
     assert dict(con.sql("SELECT step, round FROM steps").fetchall()) == {name: 1 for name in first["steps"]}

@@ -8,6 +8,7 @@ import datetime as dt
 import json
 import re
 import xml.etree.ElementTree as ET
+from html import escape
 from html.parser import HTMLParser
 
 import pytest
@@ -19,7 +20,8 @@ from dr_core.stale_fresh import plan
 from dr_core.store import Store
 from dr_core.svg import bar_chart, line_chart
 
-SECTIONS = ["gap", "training", "saturation", "accuracy", "win-rate", "stale-fresh", "examples", "cost"]
+SECTIONS = ["signal", "gap", "training", "policy-training", "saturation", "accuracy", "win-rate", "stale-fresh",
+            "examples", "cost"]
 T0 = dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc)
 
 
@@ -178,11 +180,72 @@ def test_report_of_unknown_run_or_empty_store_never_crashes(tmp_path):
         _check_offline(html)
 
 
-def test_report_flags_a_verifier_that_always_says_yes(tmp_path):
+def _training_signal_store(tmp_path, *, varied: bool) -> Store:
+    """One round: measured sets (every verdict yes, or a mix) and both GRPO updates of 2 steps x 2 groups of G=2:
+    generator advantages and policy scores that vary within every group, or that are constant everywhere."""
     s = Store.from_url(str(tmp_path / "s"))
-    _write_stage(s, "y", 1, "measure", [[1, 1], [1, 1]], [[1, 1], [1, 1]])
-    html = report.write_report(s, "y", tmp_path / "out").read_text(encoding="utf-8")
-    assert "answered yes to every check" in html
+    run, keys = "sig", dict(run_id="sig", round=1)
+    if varied:
+        _write_stage(s, run, 1, "measure", [[1, 1], [0, 1]], [[1, 0], [0, 1]])
+    else:
+        _write_stage(s, run, 1, "measure", [[1, 1], [1, 1]], [[1, 1], [1, 1]])
+    gen = [dict(stage="generator", set_id=g, rollout=step * 2 + i, r_disc=0.1, r_anchor=-1.0,
+                advantage=(1.0 if i else -1.0) if varied else 0.0)
+           for step in range(2) for g in range(2) for i in range(2)]
+    pol_rewards, pol_scores = [], []
+    for step in range(2):
+        for g in range(2):
+            set_id = step * 2 + g
+            pol_rewards += [dict(stage="policy", set_id=set_id, rollout=step * 2 + i, advantage=0.0) for i in range(2)]
+            pol_scores += [dict(stage="policy", set_id=set_id, rollout=0, target="C", response=i,
+                                score=(0.25 + 0.5 * i) if varied else 1.0) for i in range(2)]
+    s.write("rewards", gen, part="generator-train-rewards", **keys)
+    s.write("rewards", pol_rewards, part="policy-train-rewards", **keys)
+    s.write("scores", pol_scores, part="policy-train-scores", **keys)
+    for role in ("generator", "policy"):
+        s.write("checkpoints", [dict(role=role, uri=f"u-{role}", parent=None, created_at=T0,
+                                     metrics_json=json.dumps({"steps": 2, "seconds": 1.0, "group_size": 2}))],
+                part=role, **keys)
+    return s
+
+
+def test_report_warns_in_words_when_there_is_no_gradient_and_the_verifier_says_yes(tmp_path):
+    s = _training_signal_store(tmp_path, varied=False)
+    html = report.write_report(s, "sig", tmp_path / "out").read_text(encoding="utf-8")
+    d = json.loads((tmp_path / "out" / "report.json").read_text(encoding="utf-8"))
+    assert d["warnings"] == [
+        "generator update, round 1: no gradient: every GRPO group had zero reward std at steps 0 and 1 (the update "
+        "did nothing)",
+        "policy update, round 1: no gradient: every GRPO group had zero reward std at steps 0 and 1 (the update did "
+        "nothing)",
+        "verifier yes-rate 1.00 in round 1 is above 0.95: the verifier says yes to everything, so scores cannot "
+        "separate responses",
+        "constant scores in round 1: every scored set gave every response the same Eq. 12 score, so the rubrics "
+        "separate nothing there (no gap, R_disc 0)"]
+    # at the top of the page, before the navigation and every section
+    box = html.index('id="warnings"')
+    assert box < html.index("<nav>") and "Warnings: degenerate signal" in html
+    for w in d["warnings"]:
+        assert html.index(escape(w)) > box
+    assert [(r["stage"], r["step"], r["zero_std_share"]) for r in d["training_signal"]] == [
+        ("generator", 0, 1.0), ("generator", 1, 1.0), ("policy", 0, 1.0), ("policy", 1, 1.0)]
+    for sid in ("training", "policy-training"):
+        section = re.search(rf'<section id="{sid}">.*?</section>', html, re.S).group(0)
+        assert "Zero-std GRPO groups per step" in section and "<svg" in section and "no gradient</span>" in section
+    signal = re.search(r'<section id="signal">.*?</section>', html, re.S).group(0)
+    assert "1.000" in signal and "2 of 2" in signal     # yes-rate, steps without gradient of each update
+    _check_offline(html)
+
+
+def test_report_with_varied_rewards_has_no_no_gradient_warning(tmp_path):
+    s = _training_signal_store(tmp_path, varied=True)
+    html = report.write_report(s, "sig", tmp_path / "out").read_text(encoding="utf-8")
+    d = report.collect(s.connect(), "sig")
+    assert d["warnings"] == [] and d["errors"] == []
+    assert [(r["stage"], r["zero_std_groups"]) for r in d["training_signal"]] == [
+        ("generator", 0), ("generator", 0), ("policy", 0), ("policy", 0)]
+    assert "no gradient:" not in html and "no gradient</span>" not in html and "Warnings: degenerate signal" not in html
+    assert "Signal checks passed" in html
 
 
 def test_dr_report_cli(tmp_path):

@@ -174,3 +174,82 @@ def test_case_study_values():
     assert out[-1]["error"] == "bad JSON"
     assert {r["rollout"] for r in sql.run(con, "case_study", {"run_id": "r1", "round": 0, "rollout": 1}).to_pylist()} == {1}
     assert sql.run(con, "case_study", {"run_id": "r1", "round": 0, "stage": "fresh"}).num_rows == 0
+
+
+# -- training_signal --------------------------------------------------------------------------------------------------
+def _gen_rewards(round_no, advantages, g, **kw):
+    """Generator rollouts of set 0 and 1: advantages[step][set] = the G advantages (rollout = step * G + i)."""
+    return [dict(run_id="r1", round=round_no, stage="generator", set_id=s, rollout=step * g + i, r_disc=0.1,
+                 r_anchor=-1.0, advantage=a, **kw)
+            for step, sets in enumerate(advantages) for s, adv in enumerate(sets) for i, a in enumerate(adv)]
+
+
+def test_training_signal_generator_groups_per_step():
+    # round 1: G=2 from the checkpoint's group_size, 2 steps; round 2: G derived from $.steps (old checkpoints)
+    r1 = _gen_rewards(1, [[[0.0, 0.0], [1.0, -1.0]], [[0.0, 0.0], [1e-8, -1e-8]]], 2)
+    r2 = _gen_rewards(2, [[[0.5, -0.5, 0.0], [None, None, None]]], 3)
+    ckpts = [dict(_ckpt(1, 2), metrics_json=json.dumps({"steps": 2, "group_size": 2})), _ckpt(2, 1)]
+    out = sql.run(_con(rewards=r1 + r2, checkpoints=ckpts), "training_signal").to_pylist()
+    got = [(r["round"], r["stage"], r["step"], r["groups"], r["zero_std_groups"], r["zero_std_share"]) for r in out]
+    assert got == [(1, "generator", 0, 2, 1, 0.5), (1, "generator", 1, 2, 2, 1.0), (2, "generator", 0, 2, 1, 0.5)]
+    assert out[0]["reward_std_mean"] == pytest.approx((0.0 + np.std([1.0, -1.0], ddof=1)) / 2)
+    assert out[2]["reward_std_mean"] == pytest.approx(np.std([0.5, -0.5, 0.0], ddof=1))   # the NULL group has none
+    # $group_size overrides; with no checkpoint and no parameter the step is unknown
+    given = sql.run(_con(rewards=r1), "training_signal", {"group_size": 4}).to_pylist()
+    assert [(r["step"], r["groups"]) for r in given] == [(0, 2)]
+    assert [(r["step"], r["groups"]) for r in sql.run(_con(rewards=r1), "training_signal").to_pylist()] == [(None, 2)]
+
+
+def test_training_signal_policy_groups_are_sets_scored_by_eq_12():
+    # K=2; step 0: set 0 varies, set 1 constant; step 1: set 2 with one unscorable completion (one score: no std)
+    sets = {0: (0, [1.0, 0.0]), 1: (0, [0.5, 0.5]), 2: (1, [None, 0.25])}
+    rewards = [dict(run_id="r1", round=1, stage="policy", set_id=s, rollout=step * 2 + i, advantage=0.0)
+               for s, (step, scs) in sets.items() for i in range(2)]
+    scores = [dict(run_id="r1", round=1, stage="policy", set_id=s, rollout=0, target="C", response=i, score=sc)
+              for s, (_, scs) in sets.items() for i, sc in enumerate(scs)]
+    scores += [dict(sc, stage="measure") for sc in scores]     # other stages' scores stay out
+    out = sql.run(_con(rewards=rewards, scores=scores), "training_signal", {"run_id": "r1"}).to_pylist()
+    assert [(r["stage"], r["step"], r["groups"], r["zero_std_groups"]) for r in out] == [("policy", 0, 2, 1),
+                                                                                          ("policy", 1, 1, 1)]
+    assert out[0]["reward_std_mean"] == pytest.approx(np.std([1.0, 0.0], ddof=1) / 2)
+    assert out[1]["zero_std_share"] == 1.0 and out[1]["reward_std_mean"] is None
+    assert sql.run(_con(rewards=rewards, scores=scores), "training_signal", {"run_id": "x"}).num_rows == 0
+
+
+def test_training_signal_matches_dr_core_on_the_training_records():
+    """The rows RolloutSink writes, through the query, give what tasks/train.py reports (signals.zero_std_by_step)."""
+    from dr_core.training_records import RolloutSink
+    from tests.test_signals import policy_records
+
+    rng = np.random.default_rng(5)
+    by_step = {step: [[None if rng.random() < 0.2 else float(rng.integers(0, 3) / 2) for _ in range(3)]
+                      for _ in range(4)] for step in range(5)}
+    sink = RolloutSink("P0", "V", 3, generator="G1")
+    sink(policy_records(by_step))
+    tables = {k: [dict(r, run_id="r1", round=2) for r in v] for k, v in sink.policy_tables().items()}
+    gen = RolloutSink("G0", "V", 3)
+    gen_recs = [{"group_id": g, "rollout": i, "step": step, "advantage": float(rng.integers(0, 2)) * (i - 1),
+                 "items": None, "error": "x", "verdicts_C": None, "verdicts_anchor": None, "scores_C": None,
+                 "scores_anchor": None, "r_disc": 0.0, "r_anchor": -1.0, "scorable": False}
+                for step in range(3) for g in range(4) for i in range(3)]
+    gen(gen_recs)
+    tables["rewards"] += [dict(r, run_id="r1", round=2) for r in gen.generator_tables()["rewards"]]
+    ckpt = dict(_ckpt(2, 3), metrics_json=json.dumps({"steps": 3, "group_size": 3}))
+    out = sql.run(_con(**tables, checkpoints=[ckpt]), "training_signal").to_pylist()
+    for stage, sink_, key in (("generator", gen, "advantage"), ("policy", sink, "score")):
+        want = sink_.zero_std_by_step(key)
+        got = [{k: r[k] for k in want[0]} for r in out if r["stage"] == stage]
+        assert [(g["step"], g["groups"], g["zero_std_groups"]) for g in got] == [
+            (w["step"], w["groups"], w["zero_std_groups"]) for w in want]
+        for g, w in zip(got, want):
+            assert g["zero_std_share"] == pytest.approx(w["zero_std_share"])
+            assert (g["reward_std_mean"] is None) == (w["reward_std_mean"] is None)
+            if w["reward_std_mean"] is not None:
+                assert g["reward_std_mean"] == pytest.approx(w["reward_std_mean"])
+
+
+def test_policy_rewards_rows_stay_out_of_gap_by_round():
+    rewards = [dict(RUN, set_id=0, rollout=0, r_disc=0.2, r_anchor=-1.0),
+               dict(RUN, stage="policy", set_id=0, rollout=0, advantage=0.5)]
+    out = sql.run(_con(rewards=rewards), "gap_by_round").to_pylist()
+    assert [(r["stage"], r["n_rollouts"], r["n_unscorable_rewards"]) for r in out] == [("generator", 1, 0)]
