@@ -173,3 +173,43 @@ def signal_warnings(updates: Iterable[Mapping] = (), yes_rates: Mapping[int, flo
         if (w := constant_score_warning(t, share)) is not None:
             found.append((t, 3, w))
     return [w for _, _, w in sorted(found, key=lambda f: (f[0], f[1]))]
+
+
+#: The yes-rate band inside which a verifier's verdicts can separate responses (the main job's signal check).
+YES_RATE_BAND = (0.15, 0.85)
+
+
+def signal_checks(rounds: Sequence[Mapping]) -> list[dict]:
+    """Whether a co-evolution run had a signal at all, as four checks over its round summaries (``dr coevolve``'s
+    result rounds): {check, ok, detail} each; ``ok`` is None when the run has no data for it.
+
+    - policy update: at every GRPO step, at least half of the groups have non-zero reward std;
+    - generator update: at every step, at least one group has non-zero reward std (every group, with one a step);
+    - verifier yes-rate on each measured round's sets within ``YES_RATE_BAND``;
+    - Eq. 12 scores not constant within most sets (constant share below one half) in each measured round."""
+    def steps_of(role):
+        return [s for r in rounds for s in ((r.get(f"{role}_update") or {}).get("zero_std_by_step") or [])]
+
+    out = []
+    pol = steps_of("policy")
+    out.append({"check": "policy update: non-zero reward std in at least half of its groups at every step",
+                "ok": all(s["zero_std_share"] <= 0.5 for s in pol) if pol else None,
+                "detail": ", ".join(f"step {s['step']}: {s['groups'] - s['zero_std_groups']}/{s['groups']}"
+                                    for s in pol) or "no policy update"})
+    gen = steps_of("generator")
+    out.append({"check": "generator update: non-zero reward std at every step",
+                "ok": all(s["zero_std_groups"] < s["groups"] for s in gen) if gen else None,
+                "detail": ", ".join(f"step {s['step']}: {s['groups'] - s['zero_std_groups']}/{s['groups']}"
+                                    for s in gen) or "no generator update"})
+    lo, hi = YES_RATE_BAND
+    rates = {r["round"]: (r.get("measure") or {}).get("verifier_yes_rate") for r in rounds}
+    known = {t: v for t, v in rates.items() if v is not None}
+    out.append({"check": f"verifier yes-rate on the round's sets within {lo:.2f}-{hi:.2f}",
+                "ok": all(lo <= v <= hi for v in known.values()) if known else None,
+                "detail": ", ".join(f"round {t}: {v:.2f}" for t, v in sorted(known.items())) or "no verdicts"})
+    shares = {r["round"]: (r.get("measure") or {}).get("constant_score_sets_share") for r in rounds}
+    known = {t: v for t, v in shares.items() if v is not None}
+    out.append({"check": "Eq. 12 scores not constant within most sets",
+                "ok": all(v < 0.5 for v in known.values()) if known else None,
+                "detail": ", ".join(f"round {t}: {v:.0%} constant" for t, v in sorted(known.items())) or "no scores"})
+    return out

@@ -188,6 +188,12 @@ def _print_coevolve(result: dict) -> None:
             console.print(f"  G({r['round']}) = {r['generator']}\n  P({r['round']}) = {r['policy']}")
     slow = sorted(result["steps"].items(), key=lambda kv: -kv[1]["seconds"])[:6]
     console.print("slowest steps: " + ", ".join(f"{k} {v['seconds']:.0f}s ({v['state']})" for k, v in slow))
+    checks = result.get("signal_checks") or []
+    if checks:
+        console.print("[bold]signal checks[/] (can the figures move? dr_core.signals.signal_checks)")
+    for c in checks:
+        mark = {True: "[green]yes[/]", False: "[bold red]NO[/]", None: "[dim]n/a[/]"}[c["ok"]]
+        console.print(f"  {mark}  {escape(c['check'])}: {escape(c['detail'])}", highlight=False)
     _print_warnings(result.get("warnings"))
 
 

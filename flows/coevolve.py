@@ -123,7 +123,8 @@ def coevolve_flow(params: CoevolveParams) -> dict:
     found = round_warnings(rounds)
     for w in found:  # also in the flow run's log: a scheduled run (anchor refresh) has no CLI to print them
         get_run_logger().warning(w)
-    return {"run_id": run, "rounds": rounds, "steps": dict(log), "generator": gen, "policy": pol, "warnings": found}
+    return {"run_id": run, "rounds": rounds, "steps": dict(log), "generator": gen, "policy": pol, "warnings": found,
+            "signal_checks": signals.signal_checks(rounds)}
 
 
 if __name__ == "__main__":

@@ -220,3 +220,24 @@ def test_coevolve_warnings_and_cli_rows(monkeypatch):
     assert out.rstrip().endswith("separate responses") and out.count("warning:") == 4
     fine = _coevolve_result([_step(0, 2, 0)], yes=0.5)
     assert [w.split(":")[1] for w in fine["warnings"]] == [" weak gradient"]   # only the generator's step 1
+
+
+def test_signal_checks_pass_fail_and_missing():
+    from dr_core.signals import signal_checks
+
+    def steps(*zero_of_groups):
+        return [{"step": i, "groups": g, "zero_std_groups": z, "zero_std_share": z / g}
+                for i, (z, g) in enumerate(zero_of_groups)]
+
+    good = [{"round": 0, "measure": {"verifier_yes_rate": 0.15, "constant_score_sets_share": 0.25}},
+            {"round": 1, "measure": {"verifier_yes_rate": 0.85, "constant_score_sets_share": 0.49},
+             "generator_update": {"zero_std_by_step": steps((0, 1), (0, 1))},
+             "policy_update": {"zero_std_by_step": steps((1, 2), (0, 2))}}]
+    assert [c["ok"] for c in signal_checks(good)] == [True, True, True, True]
+    bad = [{"round": 1, "measure": {"verifier_yes_rate": 0.86, "constant_score_sets_share": 0.5},
+            "generator_update": {"zero_std_by_step": steps((0, 1), (1, 1))},
+            "policy_update": {"zero_std_by_step": steps((2, 2), (0, 2))}}]
+    checks = signal_checks(bad)
+    assert [c["ok"] for c in checks] == [False, False, False, False]
+    assert checks[0]["detail"] == "step 0: 0/2, step 1: 2/2" and checks[2]["detail"] == "round 1: 0.86"
+    assert [c["ok"] for c in signal_checks([{"round": 0, "measure": {}}])] == [None, None, None, None]
