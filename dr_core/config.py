@@ -31,7 +31,7 @@ DEFAULT_MODEL = "default"
 
 EngineKind = Literal["vllm", "openai_http"]
 #: How the verifier turns a check into yes/no (``dr_core.evaluator.verify``): see ``EngineConfig.verdict_mode``.
-VerdictMode = Literal["choice", "calibrated"]
+VerdictMode = Literal["choice", "calibrated", "balanced"]
 #: The verifier's prompt (``dr_core.prompts.verifier_messages``): see ``EngineConfig.verifier_prompt``.
 VerifierPrompt = Literal["system", "plain"]
 ROLES = ("generator", "verifier", "policy")
@@ -94,12 +94,21 @@ class EngineConfig(BaseModel):
     verdict_mode: VerdictMode = Field(
         "choice",
         description="Verifier role only (other roles ignore it). 'choice': greedy answer constrained to "
-        "yes/no (structured choice). 'calibrated': contextual calibration (Zhao et al. 2021): the unconstrained "
-        "first-token log-odds of yes vs no, minus the same log-odds averaged over content-free checks (once per "
-        "engine); yes iff positive. Needs an engine that returns logprobs (both built-in engines do; otherwise "
-        "it falls back to 'choice'). Measured on SmolLM2-135M it did not beat 'choice' on a 24-check probe "
-        "(0.458 vs 0.500 accuracy; see dr_core/evaluator.py), hence the default. Roles with equal configs "
-        "share one engine: set it on every role to keep one model loaded.",
+        "yes/no (structured choice; only the lowercase words survive the mask). 'calibrated': contextual "
+        "calibration (Zhao et al. 2021): the unconstrained first-token log-odds of yes vs no (every case and "
+        "spacing of the two words), yes iff above their mean over content-free checks. 'balanced': the same "
+        "log-odds, yes iff above their median over the bundled probe (dr_core/data/verifier_probe.jsonl: 24 checks, "
+        "half of them true; its labels are not used), so the verifier says yes to half of a balanced set. Both "
+        "log-odds modes compute their threshold once per engine (or take verdict_bias) and need an engine that "
+        "returns logprobs (both built-in engines do; otherwise they fall back to 'choice'). Which one suits which "
+        "model is measured by infra/benchmarks/bench_verdicts.py (README 'Choosing the verdict procedure'). Roles "
+        "with equal configs share one engine: set it on every role to keep one model loaded.",
+    )
+    verdict_bias: float | None = Field(
+        None,
+        description="Verifier role, verdict_mode 'calibrated' or 'balanced': the yes-vs-no log-odds threshold b "
+        "(yes iff log-odds > b). None: estimated by the mode (content-free mean, probe median). A number: a "
+        "threshold measured beforehand; it belongs to one model and prompt style.",
     )
     verifier_prompt: VerifierPrompt = Field(
         "system",

@@ -10,15 +10,12 @@ the Prefect tasks and the GRPO reward functions all call these.
 - ``verify(engine, checks)``: yes/no verdicts by structured choice; a verdict that is not a clean yes/no, or was
   cut, or whose prompt did not fit, is ``UNSCORABLE`` (None), never 0. Identical checks are sent once and checks
   of one response are sent next to each other so the prefix cache serves them. The verifier engine's
-  ``config.verdict_mode`` picks how a verdict is read: "choice" (above) or "calibrated" (contextual calibration,
+  ``config.verdict_mode`` picks how a verdict is read: "choice" (above), "calibrated" (contextual calibration,
   Zhao et al. 2021, "Calibrate Before Use": yes iff the unconstrained first-token log-odds of yes vs no exceed
-  their average over content-free checks; ``verdict_bias``, ``yes_no_logodds``). The default is "choice":
-  measured on SmolLM2-135M (infra/benchmarks/bench_verdict_calibration.py, 24 probe checks, half yes), the
-  choice says yes to all (accuracy 0.500, the constant answer's), the calibrated verdict says no to 23 of 24
-  (0.458), and its raw log-odds order only 5 of the 12 yes/no pairs right, so no bias or threshold can make it
-  accurate; on 12 HH pairs x 2 seeds it breaks some ties (strict accuracy 0.125 vs 0.000, ties 0.79 vs 1.00,
-  yes-rate 0.07 vs 1.00) with 3 wins to 2 losses among decided pairs: noise, not signal. It stays an option for
-  verifiers whose log-odds carry the answer.
+  their average over content-free checks; ``verdict_bias``, ``yes_no_logodds``) or "balanced" (the same log-odds,
+  yes iff above their median over the bundled balanced probe). Which suits which model is measured, not assumed:
+  infra/benchmarks/bench_verdicts.py and README "Choosing the verdict procedure" (SmolLM2-135M with the choice
+  says yes to every check; Qwen2.5-Coder-0.5B with the system prompt says no to every check).
 - ``score_rubrics`` / ``evaluate_sets``: verdict matrices on the candidates (and on an optional ranked anchor
   list), Eq. 12 scores, R_disc (Eq. 13), R_anchor (Eq. 15), and what could not be scored.
 
@@ -27,8 +24,10 @@ the Prefect tasks and the GRPO reward functions all call these.
 
 from __future__ import annotations
 
+import json
 import math
 import random
+import statistics
 import time
 import weakref
 from dataclasses import asdict, dataclass, field
@@ -231,8 +230,8 @@ CONTENT_FREE_INPUTS = (("N/A", "N/A"), ("", ""), ("[MASK]", "[MASK]"))
 CONTENT_FREE_CRITERIA = ("N/A", "[MASK]", "The response meets the criterion.")
 #: |log-odds| cap: a verdict word missing from the top-N gets the N-th log-probability, which may be -inf.
 _LOGODDS_CAP = 50.0
-#: verifier engine -> prompt style -> its bias (None: its content-free checks gave no yes/no log-probabilities)
-_BIAS: "weakref.WeakKeyDictionary[Engine, dict[str, float | None]]" = weakref.WeakKeyDictionary()
+#: verifier engine -> (verdict mode, prompt style) -> its threshold (None: its checks gave no yes/no log-probabilities)
+_BIAS: "weakref.WeakKeyDictionary[Engine, dict[tuple[str, str], float | None]]" = weakref.WeakKeyDictionary()
 
 
 def _verdict_word(token: str) -> int | None:
@@ -286,21 +285,39 @@ def content_free_checks() -> list[Check]:
     return [Check(p, r, c) for p, r in CONTENT_FREE_INPUTS for c in CONTENT_FREE_CRITERIA]
 
 
-def verdict_bias(engine: Engine, stats: StageStats | None = None, style: str | None = None) -> float | None:
-    """The verifier's bias b: mean yes-vs-no log-odds on content-free checks, computed once per engine object and
-    prompt style (its cost is added to ``stats`` that once). None when no content-free check gave
-    log-probabilities."""
+def probe_checks() -> list[Check]:
+    """The bundled probe (dr_core/data/verifier_probe.jsonl): 24 checks with obvious answers, 12 true and 12 false.
+    The "balanced" verdict mode uses it unlabelled: only the fact that half of it is true."""
+    from dr_core.paths import bundled
+
+    rows = [json.loads(line) for line in bundled("verifier_probe.jsonl").read_text().splitlines() if line.strip()]
+    return [Check(r["prompt"], r["response"], r["criterion"]) for r in rows]
+
+
+#: verdict modes that read the first token's yes-vs-no log-odds against a threshold
+LOGODDS_MODES = ("calibrated", "balanced")
+
+
+def verdict_bias(engine: Engine, stats: StageStats | None = None, style: str | None = None,
+                 mode: str = "calibrated") -> float | None:
+    """The verifier's threshold b on the yes-vs-no log-odds, computed once per engine object, mode and prompt style
+    (its cost is added to ``stats`` that once): "calibrated", the mean over content-free checks (Zhao et al. 2021);
+    "balanced", the median over the bundled balanced probe (the verifier then says yes to half of it). None when no
+    check gave log-probabilities."""
+    if mode not in LOGODDS_MODES:
+        raise ValueError(f"no threshold for verdict mode {mode!r}")
     style = style or verifier_prompt_of(engine)
     known = _BIAS.setdefault(engine, {})
-    if style in known:
-        return known[style]
+    if (mode, style) in known:
+        return known[(mode, style)]
     start = time.perf_counter()
-    outs = _ask_logodds(engine, content_free_checks(), style)
+    outs = _ask_logodds(engine, content_free_checks() if mode == "calibrated" else probe_checks(), style)
     if stats is not None:
         stats.add(outs, time.perf_counter() - start)
     odds = [o for o in map(_first_logodds, outs) if o is not None]
-    known[style] = sum(odds) / len(odds) if odds else None
-    return known[style]
+    known[(mode, style)] = (None if not odds else sum(odds) / len(odds) if mode == "calibrated"
+                            else statistics.median(odds))
+    return known[(mode, style)]
 
 
 def calibrated_verdict(logodds: float | None, bias: float) -> int | None:
@@ -333,9 +350,11 @@ def verify(
     sharing a prefix are adjacent in the batch.
 
     verifier_prompt: None reads the engine's ``config.verifier_prompt`` ("system" or "plain" wording).
-    verdict_mode: None reads the engine's ``config.verdict_mode``. "calibrated" asks for the first token's top
+    verdict_mode: None reads the engine's ``config.verdict_mode``. "balanced" is "calibrated" with the threshold
+    from the bundled probe (``verdict_bias(mode="balanced")``). "calibrated" asks for the first token's top
     log-probabilities without the choice constraint (one token) and compares its yes-vs-no log-odds with the
-    engine's content-free bias (``verdict_bias``; its first computation is counted in the stats). It falls back
+    engine's bias: ``config.verdict_bias`` when set, else the content-free estimate (``verdict_bias``; its first
+    computation is counted in the stats). It falls back
     to "choice" when the engine does not return log-probabilities (``supports_logprobs`` False, or none came
     back, or the content-free checks gave none) or when ``structured`` is False.
     """
@@ -346,10 +365,11 @@ def verify(
         return [], stats
     mode = verdict_mode or verdict_mode_of(engine)
     style = verifier_prompt or verifier_prompt_of(engine)
-    if mode not in ("choice", "calibrated"):
-        raise ValueError(f"verdict_mode must be 'choice' or 'calibrated', got {mode!r}")
-    if mode == "calibrated" and structured and getattr(engine, "supports_logprobs", False):
-        bias = verdict_bias(engine, stats, style)
+    if mode not in ("choice", *LOGODDS_MODES):
+        raise ValueError(f"verdict_mode must be 'choice', 'calibrated' or 'balanced', got {mode!r}")
+    if mode in LOGODDS_MODES and structured and getattr(engine, "supports_logprobs", False):
+        fixed = getattr(getattr(engine, "config", None), "verdict_bias", None)
+        bias = fixed if fixed is not None else verdict_bias(engine, stats, style, mode)
         if bias is not None:
             start = time.perf_counter()
             outs = _ask_logodds(engine, unique, style)

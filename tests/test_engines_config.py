@@ -22,7 +22,7 @@ def test_defaults_are_the_cpu_settings():
         ({"kind": "openai_http"}, "needs base_url"),
         ({"kind": "openai_http", "base_url": "localhost:8000"}, "http://"),
         ({"base_url": "http://x/v1"}, "only used with kind 'openai_http'"),
-        ({"model": "/nonexistent/dir"}, "not a Hugging Face checkpoint"),
+        ({"model": "/nonexistent/dir"}, "nor a Hugging Face checkpoint directory"),
         ({"model": "  "}, "model is empty"),
         ({"max_model_len": 10}, "max_model_len"),
         ({"dtpye": "float32"}, "dtpye"),

@@ -102,6 +102,18 @@ def test_calibrated_verify_subtracts_the_content_free_bias_once_per_engine():
     assert [c["n"] for c in eng.calls][2:] == [2]  # bias cached on the engine: not asked again
 
 
+def test_a_configured_bias_replaces_the_content_free_estimate():
+    from dr_core.config import EngineConfig
+
+    eng = LogprobEngine({"meets": {"Yes": 0.5, "No": 0.1}, "fails": {"Yes": 0.2, "No": 0.1}})
+    eng.config = EngineConfig(verdict_mode="calibrated", verdict_bias=2.0)  # log-odds: log 5 = 1.61, log 2 = 0.69
+    checks = [Check("p", "r", "meets"), Check("p", "r", "fails")]
+    assert verify(eng, checks)[0] == [0, 0]  # both below the configured threshold
+    assert [c["n"] for c in eng.calls] == [2]  # no content-free checks asked
+    eng.config = EngineConfig(verdict_mode="calibrated", verdict_bias=1.0)
+    assert verify(eng, checks)[0] == [1, 0]
+
+
 def test_calibrated_unscorable_when_prompt_too_long_or_no_verdict_word():
     eng = LogprobEngine({"meets": {"Yes": 0.9, "No": 0.01}, "odd": {"The": 0.9, "I": 0.1}})
     checks = [Check("p", "r", "meets"), Check("p", "r", "too long"), Check("p", "r", "odd")]
@@ -154,3 +166,31 @@ def test_bad_verdict_mode_and_bad_logprobs_are_refused():
 def test_content_free_checks_are_every_input_with_every_criterion():
     free = content_free_checks()
     assert len(free) == len(set(free)) == len(CONTENT_FREE_INPUTS) * len(CONTENT_FREE_CRITERIA)
+
+
+def test_balanced_threshold_is_the_median_log_odds_over_the_bundled_probe():
+    from dr_core.evaluator import probe_checks
+
+    probe = probe_checks()
+    assert len(probe) == 24
+    # a verifier whose log-odds rise with the probe's order: the median sits between the 12th and 13th
+    odds = {c.criterion + c.response: i for i, c in enumerate(probe)}
+
+    class Ranked(LogprobEngine):
+        def chat(self, conversations, **kw):
+            self.calls.append({**kw, "n": len(conversations)})
+            out = []
+            for conv in conversations:
+                user = conv[-1]["content"]
+                crit, resp = verifier_check(user)
+                x = odds.get(crit + resp, 100)
+                top = {"Yes": -math.log1p(math.exp(-x)), "No": -math.log1p(math.exp(x))}  # log-odds exactly x
+                out.append(Completion(("Yes",), ("length",), 1, (1,), 0, ((top,),)))
+            return out
+
+    eng = Ranked({})
+    assert verdict_bias(eng, mode="balanced") == pytest.approx(11.5)
+    checks = [Check(c.prompt, c.response, c.criterion) for c in probe]
+    verdicts, _ = verify(eng, checks, verdict_mode="balanced")
+    assert sum(verdicts) == 12 and verdicts == [int(i > 11.5) for i in range(24)]
+    assert [c["n"] for c in eng.calls] == [24, 24]  # the probe once (cached), then the checks
