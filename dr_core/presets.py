@@ -63,8 +63,18 @@ class RoundConfig(BaseModel):
 _PAPER_ENGINE = EngineConfig(dtype="bfloat16", max_model_len=32768, enforce_eager=False, tensor_parallel_size=2,
                              data_parallel_size=2)
 
+#: The tiny preset's verifier (and pairwise judge): Qwen2.5-Coder-0.5B-Instruct, plain prompt, "balanced" verdicts
+#: (first-token yes-vs-no log-odds above their median over the bundled balanced probe), chosen by measurement
+#: (infra/benchmarks/bench_verdicts.py, README "Choosing the verdict procedure"): on the main job's own sets it is the
+#: procedure whose verdicts vary most (yes-rate 0.58-0.62, mean R_disc 0.10-0.16) with the best obvious-probe
+#: accuracy but one (0.67); structured choice said no to 82-99 % of the same checks, contextual calibration yes to
+#: 77-87 %. SmolLM2-135M with the original prompt says yes to every check: no score could differ. Generator and policy
+#: stay SmolLM2 (they are the trained models; the verifier is frozen). 1 GiB of KV cache is ample for its checks.
+TINY_VERIFIER = EngineConfig(model="qwen2.5-coder-0.5b-instruct", verifier_prompt="plain", verdict_mode="balanced",
+                             kv_cache_gib=1)
+
 PRESETS: dict[str, RoundConfig] = {
-    "tiny": RoundConfig(preset="tiny"),
+    "tiny": RoundConfig(preset="tiny", n_anchor=3, eval_limit=4, engines=EnginesConfig(verifier=TINY_VERIFIER)),
     "paper": RoundConfig(
         preset="paper",
         min_anchor_responses=7,
@@ -139,10 +149,13 @@ def _coevolve_presets() -> dict[str, CoevolveConfig]:
         "tiny": CoevolveConfig(
             preset="tiny",
             round=tiny,
+            # one step over two sets (2 groups of 4 rubric rollouts): a set on which the verifier answers every
+            # check alike gives its group no gradient, and one group per step made such a step a no-op (measured)
             generator=GRPOSettings(learning_rate=5e-6, num_generations=4, max_completion_length=128,
-                                   per_device_train_batch_size=4, max_steps=2, save_steps=1, temperature=1.0),
+                                   per_device_train_batch_size=8, max_steps=1, save_steps=1, temperature=1.0),
+            # two groups (prompts) per step: one group whose K scores tie does not stop the step's gradient
             policy=GRPOSettings(learning_rate=1e-6, num_generations=tiny.k, max_completion_length=64,
-                                per_device_train_batch_size=tiny.k, max_steps=2, save_steps=1,
+                                per_device_train_batch_size=2 * tiny.k, max_steps=2, save_steps=1,
                                 rubric_max_tokens=tiny.generator_max_tokens),
         ),
         "paper": CoevolveConfig(
@@ -167,10 +180,12 @@ def coevolve_preset(name: str, **overrides) -> CoevolveConfig:
     base = presets[name].model_dump()
     k = (overrides.get("round") or {}).get("k") if isinstance(overrides.get("round"), dict) else None
     if k is not None and "num_generations" not in (overrides.get("policy") or {}):
-        # the policy's GRPO group is the set C: follow round.k unless the caller set it
+        # the policy's GRPO group is the set C: follow round.k unless the caller set it, keeping the preset's
+        # number of groups per micro-step
+        groups = base["policy"]["per_device_train_batch_size"] // base["policy"]["num_generations"]
         pol = dict(overrides.get("policy") or {})
         pol.setdefault("num_generations", k)
-        pol.setdefault("per_device_train_batch_size", k)
+        pol.setdefault("per_device_train_batch_size", groups * k)
         overrides["policy"] = pol
     for key in ("round", "generator", "policy", "policy_eval"):
         if isinstance(overrides.get(key), dict):

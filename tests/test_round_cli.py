@@ -16,8 +16,11 @@ import pytest
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
+#: Every role on the default model (SmolLM2-135M): these tests are about resuming and the server, where the tiny
+#: preset's larger verifier would only add minutes.
+ENGINES = Path(__file__).resolve().parent / "engines_smollm2.yaml"
 SMALL = ["--set", "n_prompts=2", "--set", "k=2", "--set", "n_anchor=3", "--set", "eval_limit=2",
-         "--set", "policy_max_tokens=32", "--set", "generator_max_tokens=200"]
+         "--set", "policy_max_tokens=32", "--set", "generator_max_tokens=200", "--engines", str(ENGINES)]
 
 
 def _dr_round(store: Path, run_id: str, out: Path, env=None, **popen):
