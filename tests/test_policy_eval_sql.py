@@ -41,3 +41,17 @@ def test_heldout_overlap_is_empty_for_the_bundled_slice_against_the_bundled_anch
     assert sql.run(_con(prompts=held, anchors=anchors), "heldout_overlap", {"heldout": "h"}).num_rows == 0
 
 
+
+
+def test_split_overlap_finds_shared_text_and_ids_between_two_splits_only():
+    rows = [{"dataset": "train", "prompt_id": "t1", "prompt": "Write a POEM "},
+            {"dataset": "train", "prompt_id": "t2", "prompt": "Sum 2 and 2"},
+            {"dataset": "held", "prompt_id": "h1", "prompt": "write a  poem"},
+            {"dataset": "held", "prompt_id": "t2", "prompt": "Something else"},
+            {"dataset": "held", "prompt_id": "h3", "prompt": "Never seen"},
+            {"dataset": "other", "prompt_id": "o1", "prompt": "Never seen"}]
+    out = sql.run(_con(prompts=rows), "split_overlap", {"heldout": "held", "train": "train"}).to_pylist()
+    assert [(r["heldout_prompt_id"], r["train_prompt_id"], r["match"]) for r in out] == [("h1", "t1", "text"),
+                                                                                          ("t2", "t2", "id")]
+    assert sql.run(_con(prompts=rows[:2] + rows[4:5]), "split_overlap",
+                   {"heldout": "held", "train": "train"}).num_rows == 0
