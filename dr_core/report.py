@@ -96,14 +96,17 @@ def update_steps(training_signal: list[dict]) -> list[dict]:
             for (role, t), v in sorted(by.items())]
 
 
-def run_warnings(metrics: list[dict], costs: list[dict], training_signal: list[dict]) -> list[str]:
+def run_warnings(metrics: list[dict], costs: list[dict], training_signal: list[dict],
+                 eval_summary: list[dict] = ()) -> list[str]:
     """The run's degenerate-signal warnings in words (``signals.signal_warnings``): steps without gradient of each
-    update, the verifier's yes-rate on the measured sets of each round (sql/stage_costs' yes_rate, stage measure)
-    and the share of measured sets whose scores are constant (sql/set_gap's zero_spread_share)."""
+    update, the verifier's yes-rate on the measured sets of each round (sql/stage_costs' yes_rate, stage measure),
+    the share of measured sets whose scores are constant (sql/set_gap's zero_spread_share), and a policy-evaluation
+    judge that always picks one position (the eval table's judge_position_a_rate)."""
     return signals.signal_warnings(
         update_steps(training_signal),
         yes_rates={c["round"]: c["yes_rate"] for c in costs if c["stage"] == "measure"},
-        constant_score_shares={m["round"]: m.get("zero_spread_share") for m in metrics if m["stage"] == "measure"})
+        constant_score_shares={m["round"]: m.get("zero_spread_share") for m in metrics if m["stage"] == "measure"},
+        judge_position_rates={r["round"]: r["mean"] for r in eval_summary if r["metric"] == "judge_position_a_rate"})
 
 
 def _grids(rows: list[dict]) -> list[dict]:
@@ -163,7 +166,7 @@ def collect(con: duckdb.DuckDBPyConnection, run_id: str, n_examples: int = 3) ->
     return {
         "run_id": run_id,
         "generated_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "warnings": run_warnings(metrics, costs, training_signal),
+        "warnings": run_warnings(metrics, costs, training_signal, summary),
         "metrics": metrics,
         "training": _query(con, "training_rewards", p, errors),
         "training_signal": training_signal,

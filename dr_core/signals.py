@@ -154,10 +154,25 @@ def constant_score_warning(round_no: int, share: float | None) -> str | None:
             "separate nothing there (no gap, R_disc 0)")
 
 
+#: A pairwise judge that picks the first-shown answer at least this often (or at most 1 - this) is flagged.
+JUDGE_POSITION_WARN = 0.95
+
+
+def judge_position_warning(round_no: int, rate: float | None) -> str | None:
+    """A warning when the policy-evaluation judge picked the same position (A, or B) in nearly every verdict: each
+    pair is then judged once each way, so every prompt is a tie and the win rate cannot move from 0.5."""
+    if rate is None or JUDGE_POSITION_WARN > rate > 1 - JUDGE_POSITION_WARN:
+        return None
+    side = "first" if rate >= JUDGE_POSITION_WARN else "second"
+    return (f"policy evaluation, round {round_no}: the judge picked the {side}-shown answer in {max(rate, 1 - rate):.0%}"
+            " of its verdicts, so nearly every prompt is a tie and the win rate cannot move from 0.5")
+
+
 def signal_warnings(updates: Iterable[Mapping] = (), yes_rates: Mapping[int, float | None] | None = None,
-                    constant_score_shares: Mapping[int, float | None] | None = None) -> list[str]:
+                    constant_score_shares: Mapping[int, float | None] | None = None,
+                    judge_position_rates: Mapping[int, float | None] | None = None) -> list[str]:
     """Every degenerate-signal warning of a run, in round order (per round: generator update, policy update,
-    verifier yes-rate, constant scores).
+    verifier yes-rate, constant scores, the policy-evaluation judge's position bias).
 
     updates: {"role": "generator" | "policy", "round": t, "steps": zero_std_by_step(...) or None} per GRPO update;
     yes_rates: round -> the verifier's yes-rate on the round's measured sets (C and anchors); constant_score_shares:
@@ -172,6 +187,9 @@ def signal_warnings(updates: Iterable[Mapping] = (), yes_rates: Mapping[int, flo
     for t, share in (constant_score_shares or {}).items():
         if (w := constant_score_warning(t, share)) is not None:
             found.append((t, 3, w))
+    for t, rate in (judge_position_rates or {}).items():
+        if (w := judge_position_warning(t, rate)) is not None:
+            found.append((t, 4, w))
     return [w for _, _, w in sorted(found, key=lambda f: (f[0], f[1]))]
 
 

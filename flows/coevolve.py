@@ -2,8 +2,8 @@
 
     dr coevolve --preset tiny --rounds 1 --store ./store --run-id demo      # or: python -m flows.coevolve
 
-Self-contained mode (the default): generator, verifier and policy start from one backbone (the default model);
-the verifier stays frozen. For t = 1..T:
+G(0) and P(0) are the generator's and the policy's configured models (tasks/train.py::base_ref); the verifier
+stays frozen (self-contained mode: one backbone for all three roles, set in the engines). For t = 1..T:
   1. sample C from P(t-1) on the round's prompts                               (stage "generator")
   2. generator update G(t-1) -> G(t): GRPO on R_disc + lam R_anchor            (tasks/train.py)
   3. policy update P(t-1) -> P(t): GRPO on Eq. 12 scores from the fixed G(t)  (tasks/train.py)
@@ -71,7 +71,8 @@ def round_warnings(rounds: list[dict]) -> list[str]:
                for r in rounds for role in ("generator", "policy") if r.get(f"{role}_update")]
     return signals.signal_warnings(
         updates, yes_rates={r["round"]: r["measure"].get("verifier_yes_rate") for r in rounds},
-        constant_score_shares={r["round"]: r["measure"].get("constant_score_sets_share") for r in rounds})
+        constant_score_shares={r["round"]: r["measure"].get("constant_score_sets_share") for r in rounds},
+        judge_position_rates={r["round"]: (r.get("policy_eval") or {}).get("judge_position_a_rate") for r in rounds})
 
 
 @flow(name="dynamicrubric-coevolve", log_prints=True)

@@ -318,3 +318,14 @@ def test_report_shows_policy_win_rate_per_round(tmp_path):
     assert "0.7000" in html and "[0.4000, 0.9000]" in html  # round 2 win rate and its interval
     bare = report.write_report(_store(tmp_path / "b", training=False), "nothing-here", tmp_path / "out2")
     assert "Policy win rate per round" in bare.read_text(encoding="utf-8")
+
+
+def test_run_warnings_name_a_judge_that_always_picks_the_first_answer():
+    from dr_core.report import run_warnings
+
+    summary = [{"round": 1, "metric": "judge_position_a_rate", "mean": 1.0},
+               {"round": 1, "metric": "win_rate", "mean": 0.5}]
+    out = run_warnings([], [], [], summary)
+    assert out == ["policy evaluation, round 1: the judge picked the first-shown answer in 100% of its verdicts, "
+                   "so nearly every prompt is a tie and the win rate cannot move from 0.5"]
+    assert run_warnings([], [], [], [{"round": 1, "metric": "judge_position_a_rate", "mean": 0.6}]) == []

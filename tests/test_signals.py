@@ -241,3 +241,14 @@ def test_signal_checks_pass_fail_and_missing():
     assert [c["ok"] for c in checks] == [False, False, False, False]
     assert checks[0]["detail"] == "step 0: 0/2, step 1: 2/2" and checks[2]["detail"] == "round 1: 0.86"
     assert [c["ok"] for c in signal_checks([{"round": 0, "measure": {}}])] == [None, None, None, None]
+
+
+def test_a_judge_that_always_picks_one_position_is_flagged():
+    from dr_core.signals import judge_position_warning, signal_warnings
+
+    assert judge_position_warning(1, 0.5) is None and judge_position_warning(1, None) is None
+    assert judge_position_warning(1, 0.94) is None and judge_position_warning(1, 0.06) is None
+    assert "first-shown answer in 100%" in judge_position_warning(1, 1.0)
+    assert "second-shown answer in 96%" in judge_position_warning(2, 0.04)
+    out = signal_warnings(yes_rates={1: 1.0}, judge_position_rates={1: 1.0})
+    assert len(out) == 2 and "judge" in out[1] and "cannot move from 0.5" in out[1]
