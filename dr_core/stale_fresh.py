@@ -15,13 +15,16 @@ P(t-1) produced for G(t)'s training, which favours the fresh generator: the plan
 from __future__ import annotations
 
 from dr_core.config import DEFAULT_MODEL
+from dr_core.model import is_bundled
 from dr_core.store import Store
 
 
 def _checkpoint(rows: list[dict], role: str, round_no: int) -> str | None:
-    """The URI of ``role``'s checkpoint after round ``round_no`` (round 0: the default model)."""
+    """The URI of ``role``'s checkpoint after round ``round_no``. Round 0 is the role's start model: the bundled model
+    that round 1's checkpoint was trained from (its registered parent), else the default model."""
     if round_no == 0:
-        return DEFAULT_MODEL
+        parents = [r["parent"] for r in rows if r["role"] == role and r["round"] == 1 and r.get("parent")]
+        return parents[0] if parents and is_bundled(parents[0]) else DEFAULT_MODEL
     hits = [r["uri"] for r in rows if r["role"] == role and r["round"] == round_no]
     return hits[0] if hits else None
 

@@ -271,6 +271,15 @@ def test_plan_finds_checkpoints_sets_and_config(tmp_path):
     assert (p1["stale_generator"], p1["policy"], p1["sets"]["round"]) == (DEFAULT_MODEL, DEFAULT_MODEL, 0)
 
 
+def test_plan_takes_round_0_from_the_bundled_parent_of_round_1(tmp_path):
+    s = _store(tmp_path)
+    for role, parent in (("generator", "qwen2.5-coder-0.5b-instruct"), ("policy", "/not/a/bundled/name")):
+        s.write("checkpoints", [dict(role=role, uri=f"{s.url}/models/run_id=demo/round=1/{role}", parent=parent,
+                                     metrics_json="{}", created_at=T0)], part=role, run_id="demo", round=1)
+    p1 = plan(s, "demo", 1)
+    assert (p1["stale_generator"], p1["policy"]) == ("qwen2.5-coder-0.5b-instruct", DEFAULT_MODEL)
+
+
 def test_plan_says_what_is_missing(tmp_path):
     s = _store(tmp_path, training=False)
     with pytest.raises(ValueError, match="no generator checkpoint"):
