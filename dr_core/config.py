@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from dr_core.model import BUNDLED, is_bundled
+from dr_core.model import BUNDLED, DEFAULT_ALIAS, is_bundled
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-#: The model name that means "the prepared default checkpoint" (``dr model prepare``).
-DEFAULT_MODEL = "default"
+#: The model name that means "the default bundled model" (``dr model prepare``): the registry's alias.
+DEFAULT_MODEL = DEFAULT_ALIAS
 
 EngineKind = Literal["vllm", "openai_http"]
 #: How the verifier turns a check into yes/no (``dr_core.evaluator.verify``): see ``EngineConfig.verdict_mode``.
