@@ -1,36 +1,119 @@
 """The ``dr`` command line: the commands that need no orchestrator live here; ``flows/cli.py`` adds the Prefect
 ones (round, coevolve) to this same app and is the installed entry point.
 
+One error path: a project error (bad input, config, model, engine, store or query; ``PROJECT_ERRORS``) raised
+anywhere below a command is printed as ONE line on stderr (``error: ...``, user text printed verbatim, never read
+as markup) and exits 2. ``--debug`` (or ``DR_DEBUG=1``) shows its traceback instead. Anything else is a bug: its
+traceback and exit 1.
+
     dr --help
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
+from typer.core import TyperGroup
+
+#: Set by ``--debug`` / ``DR_DEBUG``: re-raise project errors with their traceback.
+_DEBUG = {"on": os.environ.get("DR_DEBUG", "").lower() in ("1", "true", "yes")}
+
+
+def project_errors() -> tuple[type[BaseException], ...]:
+    """The exception types that mean "the user must fix something" (exit 2), imported lazily (no torch, no vllm)."""
+    from pydantic import ValidationError
+
+    from dr_core.config import ConfigError
+    from dr_core.datasets import DataError
+    from dr_core.engines.base import EngineError
+    from dr_core.model import ModelError
+    from dr_core.report import ReportError
+    from dr_core.reward_model import RewardModelError
+    from dr_core.sql import QueryError
+    from dr_core.store import StoreError
+    from dr_core.store_cli import CommandError
+
+    return (DataError, ConfigError, EngineError, ModelError, RewardModelError, QueryError, StoreError, CommandError,
+            ReportError, ValidationError, OSError)
+
+
+def error_line(exc: BaseException) -> str:
+    """One line for a project error: its message with line breaks folded to '; ' (an OSError names its file)."""
+    if isinstance(exc, OSError) and not str(exc).startswith(str(getattr(exc, "filename", None) or "\0")):
+        text = f"{exc.filename}: {exc.strerror}" if exc.filename and exc.strerror else str(exc) or type(exc).__name__
+    else:
+        text = str(exc) or type(exc).__name__
+    return "; ".join(part.strip() for part in text.splitlines() if part.strip())
+
+
+class _Commands(TyperGroup):
+    """The app's click group: turns project errors from any command into ``error: <one line>`` and exit 2."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except Exception as exc:
+            if _DEBUG["on"] or not isinstance(exc, project_errors()):
+                raise
+            fail(error_line(exc))
+
 
 app = typer.Typer(
     name="dr",
+    cls=_Commands,
     help="dynamicrubric: co-evolve a rubric generator and a policy (DynamicRubric), score, query and report.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-console = Console()
-err_console = Console(stderr=True)
+# User text (SQL, file names, ids, model output) is printed verbatim: markup off everywhere; styles are explicit.
+console = Console(markup=False, highlight=False)
+err_console = Console(stderr=True, markup=False, highlight=False)
 
 
 @app.callback()
-def _root() -> None:
+def _root(debug: bool = typer.Option(False, "--debug", envvar="DR_DEBUG",
+                                     help="Show the traceback of an error instead of one line (for bug reports).")) -> None:
     """dynamicrubric: co-evolve a rubric generator and a policy (DynamicRubric), score, query and report."""
+    _DEBUG["on"] = _DEBUG["on"] or debug
+
+
+def install_signal_handlers() -> None:
+    """SIGTERM (a scheduler stopping the job) becomes SystemExit(143) in the main thread, so ``finally`` blocks
+    run: an atomic write in progress removes its temp file (dr_core.atomic) instead of leaving it behind."""
+    import signal
+    import sys
+
+    def _terminate(signum, frame):
+        sys.exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, _terminate)
+
+
+def styled(*parts) -> Text:
+    """A line from (text, style) pairs and plain strings: styles without parsing user text as markup."""
+    return Text.assemble(*parts)
+
+
+def check_output_path(path, what: str) -> None:
+    """Refuse an output path that cannot be written (a directory, under a file, unwritable) before any work."""
+    from dr_core.atomic import check_output_path as check
+
+    try:
+        check(path, what)
+    except OSError as exc:
+        fail(str(exc))
 
 
 def fail(message: str, code: int = 2) -> None:
-    """Print a clear error on stderr and exit non-zero (nothing has been written)."""
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
+    """Print a clear one-line error on stderr and exit non-zero (nothing has been written)."""
+    one_line = "; ".join(part.strip() for part in str(message).splitlines() if part.strip())
+    err_console.print(styled(("error: ", "bold red"), one_line), soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -40,8 +123,8 @@ def demo() -> None:
     from dr_core.demo import run_demo
 
     res = run_demo()
-    console.print(f"[bold]Prompt:[/] {res.prompt}")
-    console.print(f"[dim]{res.note}[/]\n")
+    console.print(styled(("Prompt: ", "bold"), res.prompt))
+    console.print(styled((res.note + "\n", "dim")))
     rub = Table(title="Rubric (criterion, weight)")
     rub.add_column("m", justify="right")
     rub.add_column("criterion")
@@ -69,6 +152,7 @@ def demo() -> None:
 # -- artifact store: ingest, ad-hoc SQL and named queries (logic in dr_core/store_cli.py) -----------------------
 _STORE_HELP = "store URL: a local directory or s3://bucket/prefix (S3 endpoint/keys from AWS_* variables)"
 _FORMAT_HELP = "output format: table | csv | json"
+_CREATE_BUCKET_HELP = "s3:// store: create the bucket if it does not exist (otherwise a missing bucket is an error)"
 
 
 def _print_result(table, fmt: str) -> None:
@@ -90,12 +174,13 @@ def ingest(
     file: Path = typer.Argument(..., help="JSON Lines file (ranked anchor lists, or prompts)"),
     store: str = typer.Option(None, "--store", envvar="DR_STORE", help=_STORE_HELP),
     dataset: str = typer.Option(None, "--dataset", help="dataset name (default: the file's stem); re-ingest replaces it"),
+    create_bucket: bool = typer.Option(False, "--create-bucket", help=_CREATE_BUCKET_HELP),
 ) -> None:
     """Validate a whole file, then write it to the store's anchors or prompts table (nothing is written if invalid)."""
     from dr_core.store_cli import CommandError, ingest as do_ingest
 
     try:
-        uri, n = do_ingest(kind, file, store, dataset)
+        uri, n = do_ingest(kind, file, store, dataset, create_bucket)
     except CommandError as exc:
         fail(str(exc))
     console.print(f"wrote {n} {kind} rows to {uri}", highlight=False, soft_wrap=True)
@@ -143,7 +228,7 @@ _MODES = ("dynamic", "static")
 
 
 def _log(message: str) -> None:
-    err_console.print(f"[dim]{message}[/]", highlight=False)
+    err_console.print(styled((message, "dim")), soft_wrap=True)
 
 
 @model_app.command("prepare")
@@ -171,7 +256,7 @@ def model_list() -> None:
         found, total = part_status(m)
         alias = f"  (= {DEFAULT_ALIAS})" if m.name == "smollm2-135m-instruct" else ""
         prepared = str(checkpoint_dir(m.name)) if is_prepared(m.name) else f"no (`dr model prepare {m.name}`)"
-        console.print(f"[bold]{m.name}[/]{alias}", highlight=False)
+        console.print(styled((m.name, "bold"), alias))
         for label, value in [("model", f"{m.title}, {m.parameters} parameters"), ("license", m.license),
                              ("source", m.source + ("" if m.default_install else " (optional: installed on demand)")),
                              ("GGUF", f"{m.gguf_name}, {m.gguf_bytes:,} bytes"), ("SHA-256", m.gguf_sha256),
@@ -206,6 +291,7 @@ def score(
     from dr_core.eval_runs import run_score, write_jsonl_atomic
     from dr_core.model import ModelError
 
+    check_output_path(output, "--output")
     engines = _evaluator_setup(config, mode, seeds)
     try:
         records, costs = run_score(sets, config=engines, seeds=seeds, mode=mode, log=_log)
@@ -239,6 +325,7 @@ def eval_evaluator(
 
     if fmt not in EVAL_FORMATS:
         fail(f"--format must be one of {', '.join(EVAL_FORMATS)}, got {fmt!r}")
+    check_output_path(output, "--output")
     if limit is not None and limit < 1:
         fail(f"--limit must be >= 1, got {limit}")
     if mode == "reward-model":  # scalar reward model baseline (dr_core/reward_model.py): one pass, no seeds
@@ -295,7 +382,8 @@ def eval_policy(
     from dr_core.config import ConfigError
     from dr_core.datasets import DataError
     from dr_core.engines import EngineError
-    from dr_core.eval_runs import write_json_atomic, write_jsonl_atomic
+    from dr_core.atomic import json_text, write_all_atomic
+    from dr_core.eval_runs import jsonl_text
     from dr_core.model import ModelError
     from dr_core.policy_eval import run_eval_policy
 
@@ -307,6 +395,12 @@ def eval_policy(
         fail(f"--limit must be >= 1, got {limit}")
     if max_tokens < 1:
         fail(f"--max-tokens must be >= 1, got {max_tokens}")
+    if output is not None:
+        check_output_path(output, "--output")
+    if records is not None:
+        check_output_path(records, "--records")
+        if output is not None and Path(records).expanduser().resolve() == Path(output).expanduser().resolve():
+            fail("--records and --output name the same file")
     try:
         metrics, recs = run_eval_policy(
             policy=policy, data=data, judge=judge, baseline=baseline, task=task, limit=limit, max_tokens=max_tokens,
@@ -314,10 +408,8 @@ def eval_policy(
         )
     except (DataError, ConfigError, ValueError, ModelError, EngineError) as exc:
         fail(str(exc))
-    if output:
-        write_json_atomic(output, metrics)
-    if records:
-        write_jsonl_atomic(records, recs)
+    outputs = ([(output, json_text(metrics))] if output else []) + ([(records, jsonl_text(recs))] if records else [])
+    write_all_atomic(outputs)  # both files or neither
     tab = Table(title=f"{data.name}: {'task ' + task if task else 'pairwise, judge ' + metrics['judge']}",
                 show_header=False)
     keys = (("n", "policy_accuracy", "baseline_accuracy", "accuracy_delta", "policy_no_answer") if task else

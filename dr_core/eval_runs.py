@@ -15,14 +15,13 @@ Metrics (paper appendix C.1, H), each averaged over the N rubric seeds (AVG@N, p
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 import time
 from collections import Counter
 from pathlib import Path
 from typing import Callable, Literal, Sequence
 
+from dr_core import atomic
+from dr_core.atomic import json_text
 from dr_core.config import EngineConfig, EnginesConfig
 from dr_core.datasets import load
 from dr_core.engines import Engine, make_engine
@@ -286,24 +285,17 @@ def run_score(
 
 
 def write_atomic(path: str | Path, text: str) -> None:
-    """Write ``text`` to a temp file beside ``path``, fsync, rename over it: readers never see half a file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write ``text`` atomically (``dr_core.atomic``): readers never see half a file."""
+    atomic.write_atomic(path, text)
+
+
+def jsonl_text(records: Sequence[dict]) -> str:
+    return "".join(json_text(r, indent=None) for r in records)
 
 
 def write_json_atomic(path: str | Path, obj) -> None:
-    write_atomic(path, json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
+    write_atomic(path, json_text(obj))
 
 
 def write_jsonl_atomic(path: str | Path, records: Sequence[dict]) -> None:
-    write_atomic(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+    write_atomic(path, jsonl_text(records))

@@ -29,15 +29,18 @@ that fails shows its error in place of its section, never stops the report.
 from __future__ import annotations
 
 import datetime as dt
-import json
+import re
 from collections import defaultdict
 from html import escape
 from pathlib import Path
+from typing import Callable
 
 import duckdb
 
-from dr_core import signals, sql
-from dr_core.store import Store
+from dr_core import atomic, signals, sql
+from dr_core.atomic import json_text
+from dr_core.schemas import TABLES, spec
+from dr_core.store import SEGMENT_PATTERN, Store
 from dr_core.svg import bar_chart, line_chart
 
 #: Stage values of the stale-versus-fresh experiment (dr_core.schemas.STAGES).
@@ -46,7 +49,19 @@ NO_DATA = '<p class="nodata">no data</p>'
 
 
 # -- data -------------------------------------------------------------------------------------------------------------
+class ReportError(ValueError):
+    """A report that cannot be made as asked (unknown run, bad output directory, every query failed)."""
+
+
+class _QueryLog(list):
+    """The failed queries' messages, and how many queries were tried."""
+
+    tried = 0
+
+
 def _query(con, name: str, params: dict, errors: list[str]) -> list[dict]:
+    if isinstance(errors, _QueryLog):
+        errors.tried += 1
     try:
         return sql.run(con, name, params).to_pylist()
     except (duckdb.Error, sql.QueryError) as exc:
@@ -138,7 +153,7 @@ def _grids(rows: list[dict]) -> list[dict]:
 
 def collect(con: duckdb.DuckDBPyConnection, run_id: str, n_examples: int = 3) -> dict:
     """Everything the report shows for ``run_id``, as plain JSON-able data (also written beside the page)."""
-    errors: list[str] = []
+    errors = _QueryLog()
     p = {"run_id": run_id}
     metrics = stage_metrics(con, run_id, errors)
     measure_rounds = sorted({m["round"] for m in metrics if m["stage"] == "measure"})
@@ -177,7 +192,8 @@ def collect(con: duckdb.DuckDBPyConnection, run_id: str, n_examples: int = 3) ->
         "costs": costs,
         "run_log": _query(con, "run_log", p, errors),
         "step_times": _query(con, "step_times", p, errors),
-        "errors": errors,
+        "errors": list(errors),
+        "queries": errors.tried,
     }
 
 
@@ -584,14 +600,44 @@ def render_html(d: dict, store_url: str = "") -> str:
     )
 
 
-def write_report(store: Store, run_id: str, out_dir: str | Path, n_examples: int = 3) -> Path:
-    """Collect ``run_id``'s data from ``store``, write ``out_dir/report.html`` and ``out_dir/report.json``; return
-    the HTML path. Each file is written to a temporary name and renamed, so a reader never sees half a page."""
-    d = collect(store.connect(), run_id, n_examples)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    for name, text in (("report.json", json.dumps(d, indent=1, default=str)), ("report.html", render_html(d, store.url))):
-        tmp = out / f".{name}.tmp"
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(out / name)
+def known_runs(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """Run ids with anything recorded: the ``runs`` table, else any run-partitioned table's rows."""
+    found: set[str] = set()
+    for table in (name for name in TABLES if "run_id" in spec(name).partition_by):
+        try:
+            found |= {r[0] for r in con.sql(f"SELECT DISTINCT run_id FROM {table}").fetchall()}
+        except duckdb.Error:
+            continue
+    return sorted(found)
+
+
+def write_report(store: Store, run_id: str, out_dir: str | Path, n_examples: int = 3,
+                 warn: Callable[[str], None] | None = None) -> Path:
+    """Collect ``run_id``'s data from ``store``, write ``out_dir/report.html`` and ``out_dir/report.json`` together
+    (atomically: both or neither); return the HTML path. Checked before any query: the run id is valid and in the
+    store, ``out_dir`` is (or can be made) a directory. Queries that fail are listed in the page and passed to
+    ``warn``; when every query failed, nothing is written and ReportError says why."""
+    if not re.match(SEGMENT_PATTERN, run_id or ""):
+        raise ReportError(f"--run-id {run_id!r} is not a run id (it must match {SEGMENT_PATTERN})")
+    out = Path(out_dir).expanduser()
+    if out.exists() and not out.is_dir():
+        raise ReportError(f"--out {out} is a file; give a directory (report.html and report.json go inside)")
+    for name in ("report.json", "report.html"):
+        try:
+            atomic.check_output_path(out / name, "report")
+        except OSError as exc:
+            raise ReportError(str(exc)) from None
+    con = store.connect()
+    runs = known_runs(con)
+    if run_id not in runs:
+        raise ReportError(f"no run {run_id!r} in store {store.url}; runs there: {', '.join(runs) or '(none)'}")
+    d = collect(con, run_id, n_examples)
+    if d["errors"] and len(d["errors"]) >= d["queries"]:
+        raise ReportError(f"every one of the report's {d['queries']} queries failed on store {store.url} (nothing "
+                          f"written); first: {d['errors'][0]}")
+    for e in d["errors"]:
+        if warn:
+            warn(f"query {e}")
+    atomic.write_all_atomic([(out / "report.json", json_text(d, indent=1)),
+                             (out / "report.html", render_html(d, store.url))])
     return out / "report.html"

@@ -125,19 +125,44 @@ def run(con: duckdb.DuckDBPyConnection, name: str, params: dict[str, object] | N
     return con.sql(query.text, params=values or None).to_arrow_table()
 
 
-def run_read_only(con: duckdb.DuckDBPyConnection, text: str) -> pa.Table:
-    """Run one ad-hoc statement if DuckDB's parser says it only reads (SELECT, EXPLAIN); QueryError otherwise, before
-    anything runs. Parsing, not a regex, decides: ``WITH ... SELECT``, ``FROM t`` and ``DESCRIBE t`` are reads;
-    ``COPY``, ``CREATE``, ``INSERT``, ``ATTACH``, ``SET``, ``PRAGMA``, ``CALL`` are refused."""
+_EXPLAIN = re.compile(r"^\s*EXPLAIN\b\s*(\(.*?\)\s*)?(?P<analyze>ANALY[SZ]E\b)?", re.IGNORECASE | re.DOTALL)
+
+
+def check_read_only(con: duckdb.DuckDBPyConnection, text: str) -> None:
+    """QueryError unless ``text`` is exactly one statement that only reads: SELECT (incl. WITH/FROM/DESCRIBE/
+    SUMMARIZE/SHOW) or a plain EXPLAIN of one. ``EXPLAIN ANALYZE`` is refused: it executes the statement inside
+    it (``EXPLAIN ANALYZE COPY ... TO`` writes). DuckDB's parser decides, not a regex: the statement nested in an
+    EXPLAIN is parsed again and must itself be a SELECT."""
     try:
         statements = con.extract_statements(text)
     except duckdb.Error as exc:
-        raise QueryError(f"cannot parse the SQL: {exc}") from None
+        raise QueryError(f"cannot parse the SQL: {_first_line(exc)}") from None
     if len(statements) != 1:
         raise QueryError(f"expected exactly one SQL statement, got {len(statements)}")
     kind = statements[0].type
-    if kind not in READ_ONLY_TYPES:
+    if kind == duckdb.StatementType.EXPLAIN:
+        m = _EXPLAIN.match(text)
+        if m is None:
+            raise QueryError("refused: cannot find the statement inside this EXPLAIN")
+        if m.group("analyze") or re.search(r"ANALY[SZ]E", m.group(1) or "", re.IGNORECASE):
+            raise QueryError("refused: EXPLAIN ANALYZE executes the statement inside it; use EXPLAIN (the plan "
+                             "only) or run the SELECT itself")
+        check_read_only(con, text[m.end():])
+        return
+    if kind != duckdb.StatementType.SELECT:
         raise QueryError(f"refused: `dr sql` is read-only and this is a {kind.name} statement; only SELECT (incl. "
                          "WITH/FROM/DESCRIBE/SUMMARIZE) and EXPLAIN may run. Artifacts are written by the pipeline "
                          "and `dr ingest`.")
+
+
+def run_read_only(con: duckdb.DuckDBPyConnection, text: str) -> pa.Table:
+    """Run one ad-hoc statement if it only reads (``check_read_only``); QueryError otherwise, before anything runs.
+    ``COPY``, ``CREATE``, ``INSERT``, ``ATTACH``, ``SET``, ``PRAGMA``, ``CALL``, ``EXPLAIN ANALYZE`` are refused.
+    This is the first of two walls: a connection from ``Store.connect()`` is also confined by DuckDB's own
+    configuration to the store's files, with no extensions and the configuration locked."""
+    check_read_only(con, text)
     return con.sql(text).to_arrow_table()
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]

@@ -17,10 +17,10 @@ uploaded) and idempotent: writing the same step again replaces its file, so rows
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
@@ -30,6 +30,7 @@ import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from dr_core import atomic
 from dr_core.paths import cache_dir
 from dr_core.schemas import TABLES, conform, spec, to_arrow
 
@@ -43,14 +44,42 @@ def default_store_url() -> str:
     return os.environ.get("DR_STORE") or str(cache_dir() / "store")
 
 
+class StoreError(RuntimeError):
+    """The store cannot be used as asked: one line naming the store (and the S3 endpoint) and the cause."""
+
+
+def _env_number(name: str, default: float, kind=float) -> float:
+    raw = os.environ.get(name)
+    if raw is None or not raw.strip():
+        return default
+    try:
+        value = kind(raw)
+    except ValueError:
+        raise StoreError(f"{name}={raw!r} is not a {'whole ' if kind is int else ''}number") from None
+    if value <= 0:
+        raise StoreError(f"{name}={raw!r} must be > 0")
+    return value
+
+
 @dataclass(frozen=True)
 class S3Options:
-    """Where and as whom to reach S3. Secrets are excluded from ``repr`` so they never reach a log line."""
+    """Where and as whom to reach S3, and how long to wait. Secrets are excluded from ``repr`` so they never reach
+    a log line.
+
+    Budget of one S3 call: a connection must open within ``connect_timeout_s`` (``DR_S3_CONNECT_TIMEOUT``, 5 s), a
+    reply must start within ``read_timeout_s`` (``DR_S3_READ_TIMEOUT``, 10 s). A timed-out or throttled call is
+    tried ``attempts`` times in all (``DR_S3_ATTEMPTS``, 3; s3fs's back-off, 0.1 s then 0.17 s); botocore's own
+    retries are off, so the budget is not multiplied. A refused connection, a wrong key or a missing bucket is not
+    retried. Worst case for an endpoint that accepts but never answers: 3 x 10 s.
+    """
 
     endpoint_url: str | None = None
     region: str | None = None
     key: str | None = field(default=None, repr=False)
     secret: str | None = field(default=None, repr=False)
+    connect_timeout_s: float = 5.0
+    read_timeout_s: float = 10.0
+    attempts: int = 3
 
     @classmethod
     def from_env(cls) -> "S3Options":
@@ -60,6 +89,9 @@ class S3Options:
             region=env("AWS_REGION") or env("AWS_DEFAULT_REGION"),
             key=env("AWS_ACCESS_KEY_ID"),
             secret=env("AWS_SECRET_ACCESS_KEY"),
+            connect_timeout_s=_env_number("DR_S3_CONNECT_TIMEOUT", 5.0),
+            read_timeout_s=_env_number("DR_S3_READ_TIMEOUT", 10.0),
+            attempts=int(_env_number("DR_S3_ATTEMPTS", 3, int)),
         )
 
     def filesystem(self):
@@ -67,21 +99,40 @@ class S3Options:
 
         client_kwargs = {"region_name": self.region} if self.region else {}
         # Listings are not cached: another process (a Prefect worker) may have written since the last look.
-        return s3fs.S3FileSystem(
+        fs = s3fs.S3FileSystem(
             key=self.key,
             secret=self.secret,
             endpoint_url=self.endpoint_url,
             client_kwargs=client_kwargs,
+            config_kwargs={"connect_timeout": self.connect_timeout_s, "read_timeout": self.read_timeout_s,
+                           "retries": {"total_max_attempts": 1, "mode": "standard"}},
             use_listings_cache=False,
             skip_instance_cache=True,
         )
+        fs.retries = self.attempts  # s3fs's retry loop (timeouts, throttling): the one retry budget
+        return fs
+
+    @property
+    def endpoint(self) -> str:
+        return self.endpoint_url or "the AWS default endpoint"
+
+
+def _cause(exc: BaseException) -> str:
+    """A short cause for an S3 failure: the exception's type and the first line of its text."""
+    seen, e = set(), exc
+    while e.__cause__ is not None and id(e) not in seen and not str(e).strip():  # s3fs wraps; show the inner one
+        seen.add(id(e))
+        e = e.__cause__
+    text = (str(e).strip().splitlines() or [""])[0][:240]
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
 
 class Store:
     """Parquet artifact tables under one root URL. Build with ``Store.from_url``."""
 
-    def __init__(self, url: str, fs, root: str, protocol: str):
+    def __init__(self, url: str, fs, root: str, protocol: str, s3: S3Options | None = None):
         self.url, self.fs, self.root, self.protocol = url, fs, root.rstrip("/"), protocol
+        self.s3 = s3
 
     def __repr__(self) -> str:
         return f"Store({self.url!r})"
@@ -95,7 +146,8 @@ class Store:
             if not parsed.netloc:
                 raise ValueError(f"store URL {url!r} has no bucket; expected s3://bucket/prefix")
             root = f"{parsed.netloc}/{parsed.path.strip('/')}".rstrip("/")
-            return cls(f"s3://{root}", (s3 or S3Options.from_env()).filesystem(), root, "s3")
+            opts = s3 or S3Options.from_env()
+            return cls(f"s3://{root}", opts.filesystem(), root, "s3", opts)
         if parsed.scheme in ("", "file") or len(parsed.scheme) == 1:  # a Windows drive letter parses as a scheme
             path = Path(parsed.path if parsed.scheme == "file" else url).expanduser().resolve()
             return cls(str(path), fsspec.filesystem("file"), str(path), "file")
@@ -156,22 +208,89 @@ class Store:
 
     def _put(self, path: str, payload: bytes) -> None:
         if self.protocol == "file":
-            _atomic_local_write(path, payload)
+            try:
+                _atomic_local_write(path, payload)
+            except OSError as exc:
+                raise StoreError(f"cannot write {path}: {exc.strerror or exc} (the previous file, if any, is "
+                                 "unchanged)") from exc
             return
-        bucket = path.split("/", 1)[0]
-        if not self.fs.exists(bucket):
-            self.fs.mkdir(bucket)
-        # pipe_file is one put_object, or (large files) a multipart upload completed after the last part: a
-        # crashed upload is never visible and readers see the old file or the new one.
-        self.fs.pipe_file(path, payload)
+        with self._errors(f"writing {path}"):
+            if not self.fs.exists(path.split("/", 1)[0]):
+                raise self._no_bucket()
+            # pipe_file is one put_object, or (large files) a multipart upload completed after the last part: a
+            # crashed upload is never visible and readers see the old file or the new one.
+            self.fs.pipe_file(path, payload)
+
+    # -- checks before work, and S3 failures as one line ---------------------------------------------------
+    @property
+    def bucket(self) -> str | None:
+        return self.root.split("/", 1)[0] if self.protocol == "s3" else None
+
+    def _where(self) -> str:
+        return f"S3 store {self.url} at {self.s3.endpoint if self.s3 else 'the default endpoint'}"
+
+    def _no_bucket(self) -> StoreError:
+        return StoreError(f"{self._where()}: bucket {self.bucket!r} does not exist; check the name, or create it "
+                          "with --create-bucket")
+
+    @contextlib.contextmanager
+    def _errors(self, action: str):
+        """S3 calls: any failure becomes one StoreError naming the store, endpoint, action and cause."""
+        try:
+            yield
+        except StoreError:
+            raise
+        except Exception as exc:
+            if self.protocol == "file":
+                raise
+            raise StoreError(f"{self._where()}: {action} failed: {_cause(exc)}") from exc
+
+    def require_exists(self) -> "Store":
+        """For commands that read: StoreError unless the store holds something (a local directory with entries,
+        an S3 bucket with objects under the prefix). A typo'd path or bucket must not look like an empty store."""
+        if self.protocol == "file":
+            root = Path(self.root)
+            if not root.exists():
+                raise StoreError(f"no store at {self.url}: the directory does not exist (check --store / DR_STORE)")
+            if not root.is_dir():
+                raise StoreError(f"store {self.url} is a file, not a directory")
+            if not any(root.iterdir()):
+                raise StoreError(f"store {self.url} is empty: nothing has been written to it yet")
+            return self
+        with self._errors("checking the bucket"):
+            if not self.fs.exists(self.bucket):
+                raise self._no_bucket()
+            if not self.fs.exists(self.root) or not self.fs.ls(self.root):
+                raise StoreError(f"{self._where()}: nothing under {self.url} (check the prefix)")
+        return self
+
+    def check_writable(self, create_bucket: bool = False) -> "Store":
+        """For commands that write, before any work: a local store is a directory (or can be made one); an S3
+        bucket must exist, or is created when ``create_bucket`` (a typo'd bucket is never created silently)."""
+        if self.protocol == "file":
+            root = Path(self.root)
+            if root.exists() and not root.is_dir():
+                raise StoreError(f"store {self.url} is a file, not a directory")
+            try:
+                atomic.check_output_path(root / ".probe", "store")
+            except OSError as exc:
+                raise StoreError(str(exc).replace(f"store {root / '.probe'}", f"store {self.url}")) from None
+            return self
+        with self._errors("checking the bucket"):
+            if not self.fs.exists(self.bucket):
+                if not create_bucket:
+                    raise self._no_bucket()
+                self.fs.mkdir(self.bucket)
+        return self
 
     # -- reading ----------------------------------------------------------------------------------------------
     def exists(self, uri: str) -> bool:
-        return bool(self.fs.exists(self._path(uri)))
+        with self._errors(f"looking up {uri}"):
+            return bool(self.fs.exists(self._path(uri)))
 
     def read(self, uri: str) -> pa.Table:
         """The rows of one part file (partition columns included)."""
-        with self.fs.open(self._path(uri), "rb") as fh:
+        with self._errors(f"reading {uri}"), self.fs.open(self._path(uri), "rb") as fh:
             return pq.ParquetFile(fh).read()
 
     def parts(self, table: str, **keys) -> list[str]:
@@ -181,9 +300,10 @@ class Store:
         if set(keys) != set(lead):
             raise ValueError(f"{table}: filter on a leading subset of {list(ts.partition_by)}; got {sorted(keys)}")
         prefix = "/".join([f"{self.root}/{table}", *(f"{k}={keys[k]}" for k in lead)])
-        if not self.fs.exists(prefix):
-            return []
-        found = self.fs.find(prefix)
+        with self._errors(f"listing {table}"):
+            if not self.fs.exists(prefix):
+                return []
+            found = self.fs.find(prefix)
         return sorted(self._uri(_strip_root(p, self.root)) for p in found if p.endswith(".parquet"))
 
     def read_table(self, table: str, **keys) -> pa.Table:
@@ -197,19 +317,20 @@ class Store:
     def content_hash(self, uri: str) -> str:
         """``sha256:<hex>`` of the file's bytes: the same rows written again hash the same (cache keys)."""
         h = hashlib.sha256()
-        with self.fs.open(self._path(uri), "rb") as fh:
+        with self._errors(f"reading {uri}"), self.fs.open(self._path(uri), "rb") as fh:
             while chunk := fh.read(1 << 20):
                 h.update(chunk)
         return f"sha256:{h.hexdigest()}"
 
     # -- DuckDB -----------------------------------------------------------------------------------------------
     def connect(self) -> duckdb.DuckDBPyConnection:
-        """An in-memory DuckDB connection with one view per table (``anchors``, ``verdicts``...) over the store.
+        """An in-memory DuckDB connection with one view per table (``anchors``, ``verdicts``...) over the store,
+        confined by DuckDB's own configuration (``confine``): it can reach only this store's files.
 
         The views read the files at query time, so parts written after ``connect()`` are seen; a table with no
         file yet is an empty view with the schema's columns (it stays empty for this connection).
         """
-        con = duckdb.connect()
+        con = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
         if self.protocol != "file":
             # DuckDB's httpfs extension downloads at install time; the fsspec filesystem needs no extension.
             con.register_filesystem(self.fs)
@@ -224,6 +345,22 @@ class Store:
                 )
             else:
                 con.register(name, spec(name).schema.empty_table())
+        return self.confine(con)
+
+    def allowed_directories(self) -> list[str]:
+        """The directories a connection of this store may touch: the store's root only (both spellings DuckDB
+        uses for a registered filesystem's paths)."""
+        if self.protocol == "file":
+            return [self.root + "/"]
+        return [f"s3://{self.root}/", f"s3:///{self.root}/"]
+
+    def confine(self, con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
+        """Lock ``con`` to this store: external access off except ``allowed_directories()`` (no other file, no
+        URL, no ATTACH, no extension install or load), then ``lock_configuration`` so no statement can undo it."""
+        dirs = ", ".join("'" + d.replace("'", "''") + "'" for d in self.allowed_directories())
+        con.execute(f"SET allowed_directories = [{dirs}]")
+        con.execute("SET enable_external_access = false")
+        con.execute("SET lock_configuration = true")
         return con
 
 
@@ -251,23 +388,7 @@ def _with_keys(table: str, t: pa.Table, keys: dict) -> pa.Table:
 
 
 def _atomic_local_write(path: str, payload: bytes) -> None:
-    """Temp file in the target's directory, fsync, ``os.replace``: readers see the old file or the new, never a torn
-    one. The temp name does not end in ``.parquet`` so the table globs never pick it up."""
-    directory = os.path.dirname(path)
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(payload)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    dir_fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)  # make the rename itself durable
-    finally:
-        os.close(dir_fd)
+    """``dr_core.atomic.write_atomic``: temp file beside the target (never matched by ``*.parquet``), flock, fsync,
+    umask's mode, ``os.replace``; stale temp files of dead writers in the directory are swept first. The
+    ``store-write`` fault point (dr_core/faults.py) is half-way through the bytes."""
+    atomic.write_atomic(path, payload, fault="store-write")

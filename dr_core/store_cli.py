@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from pathlib import Path
 
+import duckdb
 import pyarrow as pa
 
 from dr_core import sql as named_sql
 from dr_core.datasets import DataError, load_prompts, load_ranked
+from dr_core.atomic import json_text
 from dr_core.store import Store
 
 INGEST_KINDS = ("anchors", "prompts")
@@ -40,10 +41,12 @@ def _prompt_rows(path: Path) -> list[dict]:
     return [dict(prompt_id=r.id, prompt=r.prompt, baseline=r.baseline) for r in load_prompts(path)]
 
 
-def ingest(kind: str, file: Path, store_url: str | None, dataset: str | None = None) -> tuple[str, int]:
+def ingest(kind: str, file: Path, store_url: str | None, dataset: str | None = None,
+           create_bucket: bool = False) -> tuple[str, int]:
     """Validate ``file`` entirely (dr_core.datasets loaders), then write it as one part of table ``kind``
     partitioned by ``dataset`` (default: the file's stem). Re-ingesting a dataset replaces it.
-    Returns (uri, rows written). CommandError, before any write, for a bad kind, file or dataset name."""
+    Returns (uri, rows written). CommandError, before any write, for a bad kind, file or dataset name;
+    StoreError for a store that cannot be written (an S3 bucket that does not exist, unless ``create_bucket``)."""
     if kind not in INGEST_KINDS:
         raise CommandError(f"cannot ingest {kind!r}; expected one of {', '.join(INGEST_KINDS)}")
     try:
@@ -52,11 +55,12 @@ def ingest(kind: str, file: Path, store_url: str | None, dataset: str | None = N
         raise CommandError(f"{exc} (nothing was written)") from None
     name = dataset or file.stem
     try:
-        return Store.from_url(store_url).write(kind, rows, dataset=name), len(rows)
-    except ValueError as exc:  # a bad store URL or dataset name: refused before anything is written
+        store = Store.from_url(store_url)
+        store.uri_for(kind, dataset=name)  # a bad dataset name: refused before anything is written
+    except ValueError as exc:  # a bad store URL or dataset name
         raise CommandError(str(exc)) from None
-    except OSError as exc:
-        raise CommandError(f"cannot write to the store: {exc}") from None
+    store.check_writable(create_bucket)
+    return store.write(kind, rows, dataset=name), len(rows)
 
 
 def run_sql(text: str, store_url: str | None) -> pa.Table:
@@ -67,7 +71,7 @@ def run_sql(text: str, store_url: str | None) -> pa.Table:
     except named_sql.QueryError as exc:
         raise CommandError(str(exc)) from None
     except Exception as exc:  # a DuckDB error in the user's SQL: show it, not a traceback
-        raise CommandError(f"query failed: {exc}") from None
+        raise CommandError(f"query failed: {_one_line(exc)}") from None
 
 
 def run_query(name: str, store_url: str | None, raw_params: list[str]) -> pa.Table:
@@ -81,16 +85,27 @@ def run_query(name: str, store_url: str | None, raw_params: list[str]) -> pa.Tab
     try:
         query = named_sql.load(name)
         query.bind(params)  # fail on a bad parameter before touching the store
-        return named_sql.run(_connect(store_url), name, params)
     except named_sql.QueryError as exc:
         raise CommandError(str(exc)) from None
+    con = _connect(store_url)
+    try:
+        return named_sql.run(con, name, params)
+    except duckdb.Error as exc:  # a corrupt or foreign part file, say: name the query and the cause
+        raise CommandError(f"query {name} failed: {_one_line(exc)}") from None
 
 
 def _connect(store_url: str | None):
+    """The store's confined DuckDB connection; StoreError for a store that does not exist (a typo'd path or
+    bucket must not look like an empty store)."""
     try:
-        return Store.from_url(store_url).connect()
+        store = Store.from_url(store_url)
     except ValueError as exc:
         raise CommandError(str(exc)) from None
+    return store.require_exists().connect()
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:600] or type(exc).__name__
 
 
 def render(table: pa.Table, fmt: str):
@@ -107,8 +122,8 @@ def render(table: pa.Table, fmt: str):
         for r in rows:
             out.add_row(*("NULL" if v is None else str(v) for v in r.values()))
         return out
-    if fmt == "json":
-        return json.dumps(rows, ensure_ascii=False, default=str, indent=1) + "\n"
+    if fmt == "json":  # NaN and infinities are not JSON: they print as null
+        return json_text(rows, indent=1)
     if fmt == "csv":
         buf = io.StringIO()
         writer = csv.writer(buf, lineterminator="\n")

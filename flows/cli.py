@@ -10,11 +10,12 @@ import json
 from typing import Optional
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 
-from dr_core.cli import app, console, fail
+from dr_core.cli import app, check_output_path, console, err_console, fail, styled
 from dr_core.signals import no_gradient_steps, signal_warnings
+
+_CREATE_BUCKET_HELP = "s3:// store: create the bucket if it does not exist (otherwise a missing bucket is an error)"
 
 
 def _load_config(preset_name: str, config_file: Optional[str], overrides: list[str]):
@@ -69,6 +70,7 @@ def round_cmd(
     overrides: list[str] = typer.Option([], "--set", help="Override a preset field, e.g. --set n_prompts=2."),
     no_eval: bool = typer.Option(False, "--no-eval", help="Skip the evaluator-accuracy step."),
     json_out: Optional[str] = typer.Option(None, "--json", help="Also write the result (summary, steps, URIs) here."),
+    create_bucket: bool = typer.Option(False, "--create-bucket", help=_CREATE_BUCKET_HELP),
 ) -> None:
     """Run one DynamicRubric round (sample, rubrics, verify, score, evaluate) as cached Prefect tasks."""
     from flows.settings import configure_prefect
@@ -86,8 +88,18 @@ def round_cmd(
                              run_eval=not no_eval)
     except ValidationError as exc:
         fail(str(exc))
-    console.print(f"[bold]dr round[/] preset={cfg.preset} store={params.store} run_id={run_id} round={round_no}")
+    _check_outputs(params.store, json_out, create_bucket)
+    console.print(styled(("dr round", "bold"), f" preset={cfg.preset} store={params.store} run_id={run_id} round={round_no}"))
     _finish(round_flow(params), _print_round, json_out)
+
+
+def _check_outputs(store_url: str, json_out: Optional[str], create_bucket: bool) -> None:
+    """Before any model work: the store can be written (an S3 bucket exists, or --create-bucket) and --json can be."""
+    from dr_core.store import Store
+
+    Store.from_url(store_url).check_writable(create_bucket)
+    if json_out:
+        check_output_path(json_out, "--json")
 
 
 def _finish(result: dict, show, json_out: Optional[str]) -> None:
@@ -145,7 +157,7 @@ def _zero_std_cell(r: dict, role: str) -> str:
 def _print_warnings(found: list[str] | None) -> None:
     """The run's degenerate-signal warnings (dr_core.signals) in words, after the tables."""
     for w in found or ():
-        console.print(f"[bold yellow]warning:[/] [yellow]{escape(w)}[/]")
+        console.print(styled(("warning: ", "bold yellow"), (w, "yellow")))
 
 
 def _print_coevolve(result: dict) -> None:
@@ -190,10 +202,10 @@ def _print_coevolve(result: dict) -> None:
     console.print("slowest steps: " + ", ".join(f"{k} {v['seconds']:.0f}s ({v['state']})" for k, v in slow))
     checks = result.get("signal_checks") or []
     if checks:
-        console.print("[bold]signal checks[/] (can the figures move? dr_core.signals.signal_checks)")
+        console.print(styled(("signal checks", "bold"), " (can the figures move? dr_core.signals.signal_checks)"))
     for c in checks:
-        mark = {True: "[green]yes[/]", False: "[bold red]NO[/]", None: "[dim]n/a[/]"}[c["ok"]]
-        console.print(f"  {mark}  {escape(c['check'])}: {escape(c['detail'])}", highlight=False)
+        mark = {True: ("yes", "green"), False: ("NO", "bold red"), None: ("n/a", "dim")}[c["ok"]]
+        console.print(styled("  ", mark, f"  {c['check']}: {c['detail']}"))
     _print_warnings(result.get("warnings"))
 
 
@@ -206,6 +218,7 @@ def coevolve_cmd(
     config_file: Optional[str] = typer.Option(None, "--engines", help="YAML/JSON engine config per role."),
     overrides: list[str] = typer.Option([], "--set", help="Override a field: round.k=4, generator.max_steps=1, policy.learning_rate=1e-6, measure_start=false."),
     json_out: Optional[str] = typer.Option(None, "--json", help="Also write the result (rounds, steps, checkpoints) here."),
+    create_bucket: bool = typer.Option(False, "--create-bucket", help=_CREATE_BUCKET_HELP),
 ) -> None:
     """Run Algorithm 1: per round, update the generator, then the policy, then measure; all as cached Prefect tasks."""
     from flows.settings import configure_prefect
@@ -228,7 +241,8 @@ def coevolve_cmd(
         params = CoevolveParams(config=cfg, store=store or default_store_url(), run_id=run_id)
     except (ValidationError, ValueError, ConfigError) as exc:
         fail(str(exc))
-    console.print(f"[bold]dr coevolve[/] preset={cfg.preset} rounds={rounds} store={params.store} run_id={run_id}")
+    _check_outputs(params.store, json_out, create_bucket)
+    console.print(styled(("dr coevolve", "bold"), f" preset={cfg.preset} rounds={rounds} store={params.store} run_id={run_id}"))
     _finish(coevolve_flow(params), _print_coevolve, json_out)
 
 
@@ -244,9 +258,11 @@ def report_cmd(
     from dr_core.store import Store, default_store_url
 
     try:
-        path = write_report(Store.from_url(store or default_store_url()), run_id, out, examples)
+        target = Store.from_url(store or default_store_url())
     except ValueError as exc:
         fail(str(exc))
+    path = write_report(target.require_exists(), run_id, out, examples,
+                        warn=lambda m: err_console.print(styled(("warning: ", "bold yellow"), m), soft_wrap=True))
     console.print(f"report: {path}")
 
 
@@ -272,6 +288,9 @@ def stale_fresh_cmd(
 
     try:
         params = StaleFreshParams(store=store or default_store_url(), run_id=run_id, round_no=round_no, config=cfg)
+        from dr_core.store import Store
+
+        Store.from_url(params.store).require_exists()
         result = stale_fresh_flow(params)
     except (ValidationError, ValueError) as exc:
         fail(str(exc))
@@ -291,6 +310,9 @@ def stale_fresh_cmd(
 
 
 def main() -> None:
+    from dr_core.cli import install_signal_handlers
+
+    install_signal_handlers()
     app()
 
 

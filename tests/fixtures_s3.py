@@ -132,6 +132,12 @@ class SeaweedServer:
         except OSError:
             return ""
 
+    def create_bucket(self, name: str) -> None:
+        from dr_core.store import S3Options
+
+        S3Options(endpoint_url=self.env["AWS_ENDPOINT_URL"], region=self.env.get("AWS_REGION"),
+                  key=self.env["AWS_ACCESS_KEY_ID"], secret=self.env["AWS_SECRET_ACCESS_KEY"]).filesystem().mkdir(name)
+
     def stop(self) -> None:
         """SIGTERM, then SIGKILL after 5 s: ``weed server`` keeps retrying its own gRPC peers after SIGTERM and
         may never exit by itself; its data is a temp dir, so nothing is lost."""
@@ -148,12 +154,17 @@ class SeaweedServer:
                 Path(tempfile.gettempdir(), f"seaweedfs-{flag.split('.')[0]}-grpc-{port}.sock").unlink(missing_ok=True)
 
 
+#: The bucket the session's server has from the start; each test takes a fresh prefix in it.
+TEST_BUCKET = "dr-test"
+
+
 @pytest.fixture(scope="session")
 def s3_server():
     """A SeaweedFS S3 server for the whole session, data in a temp dir, stopped by pid at the end."""
     with tempfile.TemporaryDirectory(prefix="dr-weed-") as tmp:
         server = SeaweedServer.start(Path(tmp))
         try:
+            server.create_bucket(TEST_BUCKET)  # stores never create their bucket unless asked (--create-bucket)
             yield server
         finally:
             server.stop()
@@ -171,4 +182,4 @@ def store_url(request, tmp_path, monkeypatch):
     server = request.getfixturevalue("s3_server")
     for k, v in server.env.items():
         monkeypatch.setenv(k, v)
-    return f"s3://dr-test/{uuid.uuid4().hex[:12]}"
+    return f"s3://{TEST_BUCKET}/{uuid.uuid4().hex[:12]}"

@@ -94,6 +94,7 @@ def test_sql_refuses_writes(store_url, tmp_path, statement):
 
 def test_query_errors(tmp_path):
     store = str(tmp_path / "st")
+    assert dr("ingest", "anchors", ANCHORS, "--store", store).exit_code == 0
     for args, message in [
         (("query", "nope", "--store", store), "no query named"),
         (("query", "anchor_filter", "--store", store, "-p", "head"), "NAME=VALUE"),

@@ -173,11 +173,13 @@ def test_report_without_training_or_stale_fresh_says_no_data(tmp_path):
     _check_offline(html)
 
 
-def test_report_of_unknown_run_or_empty_store_never_crashes(tmp_path):
+def test_report_of_unknown_run_or_empty_store_is_an_error_and_writes_nothing(tmp_path):
     for store, run in ((_store(tmp_path), "nope"), (Store.from_url(str(tmp_path / "empty")), "demo")):
-        html = report.write_report(store, run, tmp_path / f"out-{run}").read_text(encoding="utf-8")
-        assert html.count("no data") >= 6 and "no data for this run id" in html
-        _check_offline(html)
+        with pytest.raises(report.ReportError, match=f"no run '{run}'"):
+            report.write_report(store, run, tmp_path / f"out-{run}")
+        assert not (tmp_path / f"out-{run}").exists()
+    with pytest.raises(report.ReportError, match="not a run id"):
+        report.write_report(_store(tmp_path), "../demo", tmp_path / "out-bad")
 
 
 def _training_signal_store(tmp_path, *, varied: bool) -> Store:
@@ -325,8 +327,14 @@ def test_report_shows_policy_win_rate_per_round(tmp_path):
     html = report.write_report(_store(tmp_path), "demo", tmp_path / "out").read_text(encoding="utf-8")
     assert 'id="win-rate"' in html and "Policy win rate per round" in html
     assert "0.7000" in html and "[0.4000, 0.9000]" in html  # round 2 win rate and its interval
-    bare = report.write_report(_store(tmp_path / "b", training=False), "nothing-here", tmp_path / "out2")
-    assert "Policy win rate per round" in bare.read_text(encoding="utf-8")
+    bare_store = _store(tmp_path / "b", training=False)
+    import datetime as dt
+
+    bare_store.write("runs", [dict(created_at=dt.datetime.now(dt.timezone.utc), status="completed", config_json="{}")],
+                     part="record", run_id="bare")
+    bare = report.write_report(bare_store, "bare", tmp_path / "out2")
+    html = bare.read_text(encoding="utf-8")
+    assert "Policy win rate per round" in html and "no data for this run id" in html
 
 
 def test_run_warnings_name_a_judge_that_always_picks_the_first_answer():

@@ -17,7 +17,7 @@ def test_round_on_s3_store_and_cached_rerun(prefect_harness, micro_round, s3_ser
     for k, v in s3_server.env.items():
         monkeypatch.setenv(k, v)
     cfg = micro_round.model_copy(update={"n_prompts": 1})
-    store = f"s3://dr-round/{uuid.uuid4().hex[:10]}"
+    store = f"s3://dr-test/round-{uuid.uuid4().hex[:10]}"  # the bucket the s3_server fixture made
     params = RoundParams(config=cfg, store=store, run_id="s3run", round_no=1, run_eval=False)
     first = round_flow(params)
     assert first["summary"]["responses"] == 2

@@ -7,7 +7,7 @@ import pyarrow as pa
 import pytest
 
 from dr_core import schemas
-from dr_core.store import S3Options, Store
+from dr_core.store import S3Options, Store, StoreError
 
 
 def _verdicts(n=4, verdict=True):
@@ -107,7 +107,7 @@ def test_local_write_is_atomic(tmp_path, monkeypatch):
         raise OSError("disk gone")
 
     monkeypatch.setattr(os, "replace", crash)
-    with pytest.raises(OSError, match="disk gone"):
+    with pytest.raises(StoreError, match="disk gone"):
         store.write("verdicts", _verdicts(1), run_id="r1", round=0)
     assert store.read(uri).num_rows == 4  # the old file survives intact
     assert os.listdir(os.path.dirname(uri)) == ["data.parquet"]  # and no temp file is left
