@@ -74,7 +74,7 @@ def to_number(text: str) -> float | None:
     s = s.removesuffix("%").removesuffix("\\")
     try:
         value = float(Fraction(s)) if "/" in s else float(s)
-    except (ValueError, ZeroDivisionError):
+    except (ValueError, ZeroDivisionError, OverflowError):  # OverflowError: a fraction beyond float range
         return None
     if not math.isfinite(value):
         return None

@@ -27,6 +27,7 @@ import json
 import math
 import os
 import tempfile
+from decimal import Decimal
 from pathlib import Path
 
 from dr_core import faults
@@ -175,6 +176,8 @@ def write_atomic(path: str | Path, payload: bytes | str, fault: str | None = Non
 
 def json_safe(obj):
     """``obj`` with every non-finite float (NaN, +-inf: not JSON) replaced by None (null: "n/a")."""
+    if isinstance(obj, Decimal):  # SQL DECIMAL: a JSON number
+        obj = float(obj)
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else None
     if isinstance(obj, dict):

@@ -12,6 +12,16 @@ A YAML or JSON file feeds ``load_engines_config`` (the CLI's ``--config``)::
       kind: openai_http
       model: Qwen/Qwen2.5-7B-Instruct   # the served model name
       base_url: http://127.0.0.1:8000/v1
+      api_key_env: VERIFIER_API_KEY     # or api_key: ...; or http://user:password@host/v1 (basic auth)
+
+Secrets (``api_key``, ``basic_auth``) are ``pydantic.SecretStr``: the real value stays in the config object (which
+the CLI, the flows and the tasks pass in-process) and is read only by the HTTP engine (``get_secret_value``). A repr,
+``model_dump_json()`` and ``model_dump(mode="json")`` (what Prefect stores as flow parameters, what the ``runs``
+table records, what cache keys hash) show ``**********``; cache keys leave them out (``AUTH_FIELDS``), so rotating a
+key keeps the cache. A config read back from such JSON carries the mask, not the key: the engine then refuses to
+start (ConfigError) instead of sending it; ``api_key_env`` (a variable read when the engine starts) survives the
+round trip. ``user:password@`` in a base_url is moved into ``basic_auth`` when the config is built; every URL in a
+message goes through ``redact_url``.
 
     python -c "from dr_core.config import EngineConfig; print(EngineConfig())"
 """
@@ -19,12 +29,14 @@ A YAML or JSON file feeds ``load_engines_config`` (the CLI's ``--config``)::
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit, urlunsplit
 
 import yaml
 from dr_core.model import BUNDLED, DEFAULT_ALIAS, is_bundled
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
 #: The model name that means "the default bundled model" (``dr model prepare``): the registry's alias.
 DEFAULT_MODEL = DEFAULT_ALIAS
@@ -41,10 +53,52 @@ class ConfigError(ValueError):
     """A config that cannot work, with the fix in the message."""
 
 
+#: What a secret becomes in a repr and in JSON (pydantic's SecretStr mask). A config read back from JSON holds this.
+REDACTED = "**********"
+#: EngineConfig fields that hold secrets: masked in reprs and JSON.
+SECRET_FIELDS = frozenset({"api_key", "basic_auth"})
+#: EngineConfig fields that say how to authenticate, not what a model answers: left out of cache keys
+#: (tasks/policy.py), so a new or rotated key keeps the cache.
+AUTH_FIELDS = SECRET_FIELDS | {"api_key_env"}
+#: api_key values that mean "no key" (the OpenAI client's placeholder for a server without auth).
+_NO_KEY = ("", "EMPTY")
+
+
+def redact_url(url: str | None) -> str | None:
+    """``url`` with any ``user:password@`` replaced by ``***@`` (for reprs, messages, logs, model ids)."""
+    if not url or "@" not in url:
+        return url
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return re.sub(r"//[^/@]*@", "//***@", url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rsplit("@", 1)[1]))
+
+
+def split_url_credentials(url: str) -> tuple[str, str | None]:
+    """(url without ``user:password@``, ``"user:password"`` as written in the URL, or None when it has none)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url, None
+    if "@" not in parts.netloc:
+        return url, None
+    userinfo, host = parts.netloc.rsplit("@", 1)
+    return urlunsplit(parts._replace(netloc=host)), userinfo
+
+
+def is_redacted(secret: SecretStr | None) -> bool:
+    """True for a secret that was read back from JSON: the mask, not a key."""
+    return secret is not None and secret.get_secret_value() == REDACTED
+
+
 class EngineConfig(BaseModel):
     """How to run one role's model. Defaults are the CPU settings measured in ENVIRONMENT.md."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # hide_input_in_errors: a validation error must not echo the input (it may hold api_key or a URL's password)
+    model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True, allow_inf_nan=False)
 
     kind: EngineKind = Field(
         "vllm",
@@ -84,10 +138,50 @@ class EngineConfig(BaseModel):
         1, ge=1, description="vllm (CUDA build): engine replicas that split the requests (data parallelism)."
     )
     base_url: str | None = Field(
-        None, description="openai_http only: the server's API root, e.g. http://127.0.0.1:8000/v1."
+        None,
+        description="openai_http only: the server's API root, e.g. http://127.0.0.1:8000/v1. Credentials written "
+        "into it (http://user:password@host/v1) are moved into basic_auth when the config is built: the URL that "
+        "is kept, shown and recorded has none.",
     )
-    api_key: str = Field("EMPTY", description="openai_http only: bearer token (a local vLLM server ignores it).")
-    timeout_s: float = Field(600.0, gt=0, description="openai_http only: seconds to wait for one request.")
+    api_key: SecretStr | None = Field(
+        None,
+        description="openai_http only: bearer token (Authorization: Bearer ...). A secret: masked in reprs and JSON "
+        "('**********'), left out of cache keys. None (or 'EMPTY'): no key (sends 'Bearer EMPTY', which a local "
+        "vLLM server without --api-key ignores). A config read back from JSON has the mask, not the key: prefer "
+        "api_key_env for runs that are resumed from a record.",
+    )
+    api_key_env: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="openai_http only: name of an environment variable holding the bearer token, read when the "
+        "engine starts (the config records only the name). Give api_key or api_key_env, not both.",
+    )
+    basic_auth: SecretStr | None = Field(
+        None,
+        repr=False,
+        description="openai_http only: 'user:password' (percent-encoded as in a URL) sent as HTTP basic auth; set "
+        "from a base_url of the form http://user:password@host/v1. A secret, like api_key; not with api_key.",
+    )
+    timeout_s: float = Field(
+        600.0,
+        gt=0,
+        description="openai_http only: read timeout, seconds: the longest wait for the server's reply data within "
+        "one attempt (it bounds each wait for bytes, not a whole reply). A cut-off attempt is retried (attempts).",
+    )
+    connect_timeout_s: float = Field(
+        10.0, gt=0, description="openai_http only: seconds to wait for a connection within one attempt."
+    )
+    attempts: int = Field(
+        3,
+        ge=1,
+        description="openai_http only: tries per request (1: no retry). A transport error (refused, reset, a "
+        "connect or read timeout) or HTTP 429/5xx is retried after retry_backoff_s * 2**k seconds (1 s, then 2 s "
+        "by default); other HTTP errors and malformed replies fail at once. Worst case per request: attempts x "
+        "(connect_timeout_s + timeout_s) + the backoffs.",
+    )
+    retry_backoff_s: float = Field(
+        1.0, ge=0, description="openai_http only: first pause between attempts, seconds; doubled after each retry."
+    )
     concurrency: int = Field(
         16, ge=1, description="openai_http only: requests in flight at once (the server batches them)."
     )
@@ -119,6 +213,23 @@ class EngineConfig(BaseModel):
         "verifier uses 'plain'. Both keep the criterion last, so prefix caching serves them alike.",
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _url_credentials(cls, data):
+        """Move ``user:password@`` out of base_url into basic_auth (so no URL the config shows carries them)."""
+        if isinstance(data, dict) and isinstance(data.get("base_url"), str):
+            url, userinfo = split_url_credentials(data["base_url"])
+            if userinfo is not None:
+                if data.get("basic_auth") is not None:
+                    raise ValueError("credentials given twice: in base_url (user:password@) and in basic_auth")
+                data = {**data, "base_url": url, "basic_auth": userinfo}
+        return data
+
+    @field_validator("api_key")
+    @classmethod
+    def _no_key(cls, v: SecretStr | None) -> SecretStr | None:
+        return None if v is not None and v.get_secret_value().strip() in _NO_KEY else v
+
     @field_validator("model")
     @classmethod
     def _model_nonempty(cls, v: str) -> str:
@@ -132,7 +243,12 @@ class EngineConfig(BaseModel):
             if not self.base_url:
                 raise ValueError("kind 'openai_http' needs base_url, e.g. http://127.0.0.1:8000/v1")
             if not self.base_url.startswith(("http://", "https://")):
-                raise ValueError(f"base_url {self.base_url!r} must start with http:// or https://")
+                raise ValueError(f"base_url {redact_url(self.base_url)!r} must start with http:// or https://")
+            if self.api_key is not None and self.api_key_env:
+                raise ValueError("give api_key or api_key_env, not both")
+            if self.basic_auth is not None and (self.api_key is not None or self.api_key_env):
+                raise ValueError("give basic auth (user:password@ in base_url, or basic_auth) or a bearer token "
+                                 "(api_key, api_key_env), not both")
         elif self.base_url:
             raise ValueError("base_url is only used with kind 'openai_http'; remove it or set kind: openai_http")
         if self.kind == "vllm" and not is_bundled(self.model):
@@ -149,7 +265,7 @@ class EngineConfig(BaseModel):
 class EnginesConfig(BaseModel):
     """One engine config per role. A role left out uses the defaults (in-process vLLM, default model)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True, allow_inf_nan=False)
 
     generator: EngineConfig = Field(default_factory=EngineConfig, description="Writes rubrics (DR-Generator).")
     verifier: EngineConfig = Field(default_factory=EngineConfig, description="Frozen yes/no judge (DR-Verifier).")
@@ -162,6 +278,16 @@ def _explain(exc: ValidationError, source: str) -> ConfigError:
         where = ".".join(str(p) for p in err["loc"]) or "(top level)"
         lines.append(f"  {where}: {err['msg']}")
     return ConfigError("\n".join(lines))
+
+
+def _parse_error(exc: Exception) -> str:
+    """Where and why a file did not parse, without the snippet of its text PyYAML quotes (it may hold a key)."""
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
+        mark = exc.problem_mark
+        return f"{exc.problem or exc.context or 'syntax error'} (line {mark.line + 1}, column {mark.column + 1})"
+    if isinstance(exc, json.JSONDecodeError):
+        return f"{exc.msg} (line {exc.lineno}, column {exc.colno})"
+    return type(exc).__name__
 
 
 def engine_config(**fields) -> EngineConfig:
@@ -181,10 +307,14 @@ def load_engines_config(path: str | Path | None) -> EnginesConfig:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read config ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        line = path.read_bytes()[: exc.start].count(b"\n") + 1
+        raise ConfigError(f"{path}:{line}: not UTF-8 text (byte {exc.start})") from None
     try:
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        raise ConfigError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {exc}") from None
+        kind = "JSON" if path.suffix == ".json" else "YAML"
+        raise ConfigError(f"{path}: not valid {kind}: {_parse_error(exc)}") from None
     data = data or {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping with keys among {', '.join(ROLES)}")

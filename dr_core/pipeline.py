@@ -25,8 +25,8 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from dr_core import prompts, signals, sql
-from dr_core.datasets import load_ranked
+from dr_core import faults, prompts, signals, sql
+from dr_core.datasets import load, load_ranked
 from dr_core.engines import Engine
 from dr_core.evaluator import Check, EvalItem, evaluate_sets, generate_rubrics, verify
 from dr_core.metrics import avg_at_k
@@ -49,6 +49,15 @@ Rows = list[dict]
 def resolve_data(ref: str) -> Path:
     """'bundled:NAME' -> the shipped file; anything else is a local path."""
     return bundled(ref.split(":", 1)[1]) if ref.startswith("bundled:") else Path(ref)
+
+
+def check_inputs(cfg: RoundConfig, policy_eval_data: str | None = None) -> None:
+    """Validate every data file a round (and its policy evaluation) reads, whole, before any model work:
+    DataError naming file, line and field for the first bad line."""
+    load(resolve_data(cfg.anchors), "ranked")
+    load(resolve_data(cfg.eval_data), cfg.eval_format)
+    if policy_eval_data is not None:
+        load(resolve_data(policy_eval_data), "policy_eval")
 
 
 def dataset_name(ref: str) -> str:
@@ -92,6 +101,7 @@ def sample_sets(policy: Engine, prompt_rows: Rows, cfg: RoundConfig, policy_ckpt
         [prompts.policy_messages(p["prompt"]) for p in prompt_rows],
         n=cfg.k, temperature=cfg.policy_temperature, max_tokens=cfg.policy_max_tokens, seed=cfg.seed,
     )
+    faults.fault_point("sample", stage)  # DR_FAULT hook (dr_core/faults.py): model work done, nothing written
     return [
         {"stage": stage, "set_id": s, "prompt_id": p["prompt_id"], "response_idx": j, "policy_ckpt": policy_ckpt,
          "response": text, "prompt_tokens": out.prompt_tokens, "response_tokens": out.completion_tokens[j]}
@@ -121,6 +131,7 @@ def write_rubrics(generator: Engine, prompt_rows: Rows, sample_rows: Rows, cfg: 
     seeds = [cfg.seed + r for r in range(cfg.rubric_rollouts)]
     gens, stats = generate_rubrics(generator, items, seeds, temperature=cfg.generator_temperature,
                                    max_tokens=cfg.generator_max_tokens)
+    faults.fault_point("generate-rubrics", stage)  # DR_FAULT hook (dr_core/faults.py)
     rows = []
     for s, per_seed in zip(ids, gens):
         for rollout, g in enumerate(per_seed):
@@ -170,6 +181,7 @@ def verify_sets(verifier: Engine, prompt_rows: Rows, sample_rows: Rows, anchor_r
                 keys.append((s, rollout, it["item"], target, number))
                 checks.append(Check(prompt, text, it["criterion"]))
     verdicts, stats = verify(verifier, checks)
+    faults.fault_point("verify", stage)  # DR_FAULT hook (dr_core/faults.py)
     rows = [
         {"stage": stage, "set_id": s, "rollout": rollout, "item": m, "target": target, "response": number,
          "verdict": None if v is UNSCORABLE else bool(v), "verifier": verifier_name}

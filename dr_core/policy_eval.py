@@ -277,14 +277,17 @@ def is_checkpoint_spec(spec: str) -> bool:
 
 
 def baseline_from_file(rows: Sequence[PromptRow], path: str | Path) -> list[PromptRow]:
-    """``rows`` with their baseline answers taken from ``path`` (policy_eval format, matched by id)."""
+    """``rows`` with their baseline answers taken from ``path`` (policy_eval format, matched by id). DataError
+    for a prompt with no row in ``path`` (naming the prompt's id) or a row without a ``baseline`` (naming its line)."""
     given = {r.id: r for r in load(path, "policy_eval")}
     out = []
     for r in rows:
         b = given.get(r.id)
-        if b is None or b.baseline is None:
-            raise DataError(path, 0, "baseline", f"no baseline answer for id {r.id!r}")
-        out.append(PromptRow(r.id, r.prompt, b.baseline))
+        if b is None:
+            raise DataError(path, 0, "id", f"no row with id {r.id!r} (the prompt on line {r.line} of the data file)")
+        if b.baseline is None:
+            raise DataError(path, b.line, "baseline", f"missing: no baseline answer for id {r.id!r}")
+        out.append(PromptRow(r.id, r.prompt, b.baseline, r.line))
     return out
 
 
@@ -341,10 +344,10 @@ def run_eval_policy(*, policy: str, data: str | Path, judge: str | None = None, 
         if baseline is not None and not is_checkpoint_spec(baseline):
             rows = baseline_from_file(rows, baseline)
         elif baseline is None:
-            missing = [r.id for r in rows if r.baseline is None]
+            missing = [r for r in rows if r.baseline is None]
             if missing:
-                raise DataError(data, 0, "baseline", f"no baseline answer for id(s) {missing[:5]}; add the field "
-                                "or pass --baseline CKPT|FILE")
+                raise DataError(data, missing[0].line, "baseline", f"missing (id {missing[0].id!r}; "
+                                f"{len(missing)} row(s) without one): add the field or pass --baseline CKPT|FILE")
         judge_cfg = engine_spec(judge, max_model_len=max_model_len, api_key=api_key)
     if baseline is not None and is_checkpoint_spec(baseline):
         base_cfg = engine_spec(baseline, max_model_len=max_model_len, api_key=api_key)

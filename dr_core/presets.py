@@ -2,7 +2,9 @@
 paper's appendix D settings, for GPU machines).
 
 One config drives the CLI, the flows and the tests. It is frozen and validated when built; every field says what
-it does. ``RoundConfig.model_dump_json()`` is what goes into cache keys and the ``runs`` table.
+it does. ``RoundConfig.model_dump_json()`` is what goes into cache keys and the ``runs`` table; engine secrets
+(``EngineConfig.api_key``, ``basic_auth``) show there as ``**********`` and cache keys leave them out
+(dr_core/config.py). Validation errors do not echo their input (``hide_input_in_errors``): it may hold those secrets.
 
     python -c "from dr_core.presets import preset; print(preset('tiny').model_dump_json(indent=1))"
 """
@@ -20,7 +22,7 @@ from dr_core.grpo import GRPOSettings
 class RoundConfig(BaseModel):
     """One DynamicRubric round's data sizes, sampling lengths and engines."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True, allow_inf_nan=False)
 
     preset: str = Field("custom", description="Name of the preset this config came from (for reports).")
     anchors: str = Field(
@@ -102,7 +104,7 @@ class PolicyEvalConfig(BaseModel):
     """In-loop policy evaluation (tasks/policy_eval.py): after each policy update, P(t) against P(0) on a held-out
     prompt slice, judged pairwise in both orders; the win rate goes to the ``eval`` table."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True, allow_inf_nan=False)
 
     data: str = Field(
         "bundled:policy_eval_arenahard.jsonl",
@@ -119,7 +121,7 @@ class PolicyEvalConfig(BaseModel):
 class CoevolveConfig(BaseModel):
     """Algorithm 1: ``rounds`` rounds of generator update, policy update and measurement."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True, allow_inf_nan=False)
 
     preset: str = Field("custom", description="Name of the preset this config came from.")
     round: RoundConfig = Field(default_factory=RoundConfig, description="Data sizes, lengths, engines (per round).")

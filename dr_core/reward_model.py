@@ -27,17 +27,22 @@ class RewardModelError(ValueError):
     """A directory that is not a usable scalar reward model (the message says why)."""
 
 
+def check_checkpoint(path: str | Path) -> None:
+    """RewardModelError unless ``path`` is a Hugging Face checkpoint directory (before torch is imported)."""
+    if not (Path(path).expanduser() / "config.json").is_file():
+        raise RewardModelError(f"{path}: not a Hugging Face checkpoint directory (no config.json)")
+
+
 class RewardModel:
     """A loaded scalar reward model: ``score(messages_list) -> list[float]`` (one float per conversation)."""
 
     def __init__(self, path: str | Path, *, max_length: int = 4096, batch_size: int = 4, device: str | None = None,
                  dtype: str = "float32"):
+        path = Path(path).expanduser()
+        check_checkpoint(path)
         import torch
         from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
 
-        path = Path(path).expanduser()
-        if not (path / "config.json").is_file():
-            raise RewardModelError(f"{path}: not a Hugging Face checkpoint directory (no config.json)")
         config = AutoConfig.from_pretrained(path)
         if getattr(config, "num_labels", None) != 1:
             raise RewardModelError(f"{path}: num_labels={config.num_labels}; a scalar reward model has exactly 1")
@@ -115,6 +120,7 @@ def run_eval_reward_model(path: str | Path, fmt: str, *, reward_model: str | Pat
     from dr_core.eval_runs import eval_items
 
     _rows, items, relevance = eval_items(path, fmt, limit)  # validates the whole file before any model work
+    check_checkpoint(reward_model)
     t0 = time.perf_counter()
     rm = RewardModel(reward_model, max_length=max_length, batch_size=batch_size)
     startup = time.perf_counter() - t0

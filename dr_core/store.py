@@ -215,7 +215,7 @@ class Store:
                                  "unchanged)") from exc
             return
         with self._errors(f"writing {path}"):
-            if not self.fs.exists(path.split("/", 1)[0]):
+            if not self._bucket_exists():
                 raise self._no_bucket()
             # pipe_file is one put_object, or (large files) a multipart upload completed after the last part: a
             # crashed upload is never visible and readers see the old file or the new one.
@@ -245,6 +245,21 @@ class Store:
                 raise
             raise StoreError(f"{self._where()}: {action} failed: {_cause(exc)}") from exc
 
+    def _bucket_exists(self) -> bool:
+        """HEAD the bucket. Unlike ``fs.exists(bucket)``, which answers False for an unreachable endpoint, this
+        raises for anything but "no such bucket"."""
+        try:
+            self.fs.call_s3("head_bucket", Bucket=self.bucket)
+            return True
+        except FileNotFoundError:
+            return False
+        except Exception as exc:
+            response = getattr(exc, "response", None)
+            code = str(((response if isinstance(response, dict) else {}).get("Error") or {}).get("Code", ""))
+            if code in ("404", "NoSuchBucket", "NotFound"):
+                return False
+            raise
+
     def require_exists(self) -> "Store":
         """For commands that read: StoreError unless the store holds something (a local directory with entries,
         an S3 bucket with objects under the prefix). A typo'd path or bucket must not look like an empty store."""
@@ -258,7 +273,7 @@ class Store:
                 raise StoreError(f"store {self.url} is empty: nothing has been written to it yet")
             return self
         with self._errors("checking the bucket"):
-            if not self.fs.exists(self.bucket):
+            if not self._bucket_exists():
                 raise self._no_bucket()
             if not self.fs.exists(self.root) or not self.fs.ls(self.root):
                 raise StoreError(f"{self._where()}: nothing under {self.url} (check the prefix)")
@@ -277,7 +292,7 @@ class Store:
                 raise StoreError(str(exc).replace(f"store {root / '.probe'}", f"store {self.url}")) from None
             return self
         with self._errors("checking the bucket"):
-            if not self.fs.exists(self.bucket):
+            if not self._bucket_exists():
                 if not create_bucket:
                     raise self._no_bucket()
                 self.fs.mkdir(self.bucket)
@@ -334,15 +349,22 @@ class Store:
         if self.protocol != "file":
             # DuckDB's httpfs extension downloads at install time; the fsspec filesystem needs no extension.
             con.register_filesystem(self.fs)
+        literal_paths = any(c in self.root for c in "*?[]{}")  # glob syntax in the store's own path
         for name in TABLES:
-            if self.parts(name):
+            parts = self.parts(name)
+            if parts:
                 # union_by_name would read every file's footer before each query (slow on S3); all parts are
                 # written through conform(), so they share the schema. A schema change needs old parts rewritten.
-                glob = self.table_glob(name).replace("'", "''")
-                con.execute(
-                    f"CREATE VIEW {name} AS SELECT * FROM read_parquet('{glob}', union_by_name = false, "
-                    "hive_partitioning = false)"
-                )
+                # A root with glob characters in it cannot be globbed: its views list today's files instead.
+                source = ("[" + ", ".join(_sql_str(p) for p in parts) + "]") if literal_paths else \
+                    _sql_str(self.table_glob(name))
+                try:
+                    con.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet({source}, union_by_name = false, "
+                                "hive_partitioning = false)")
+                except duckdb.Error as exc:
+                    raise StoreError(f"store {self.url}: table {name} cannot be read ({_cause(exc)}); a part file "
+                                     "is corrupt or not one of this table's: rewrite it (re-run its step) or "
+                                     "remove it") from None
             else:
                 con.register(name, spec(name).schema.empty_table())
         return self.confine(con)
@@ -357,11 +379,15 @@ class Store:
     def confine(self, con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
         """Lock ``con`` to this store: external access off except ``allowed_directories()`` (no other file, no
         URL, no ATTACH, no extension install or load), then ``lock_configuration`` so no statement can undo it."""
-        dirs = ", ".join("'" + d.replace("'", "''") + "'" for d in self.allowed_directories())
+        dirs = ", ".join(_sql_str(d) for d in self.allowed_directories())
         con.execute(f"SET allowed_directories = [{dirs}]")
         con.execute("SET enable_external_access = false")
         con.execute("SET lock_configuration = true")
         return con
+
+
+def _sql_str(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
 
 
 def _check_segment(what: str, value) -> None:

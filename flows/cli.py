@@ -89,6 +89,9 @@ def round_cmd(
     except ValidationError as exc:
         fail(str(exc))
     _check_outputs(params.store, json_out, create_bucket)
+    from dr_core.pipeline import check_inputs
+
+    check_inputs(cfg)
     console.print(styled(("dr round", "bold"), f" preset={cfg.preset} store={params.store} run_id={run_id} round={round_no}"))
     _finish(round_flow(params), _print_round, json_out)
 
@@ -242,6 +245,9 @@ def coevolve_cmd(
     except (ValidationError, ValueError, ConfigError) as exc:
         fail(str(exc))
     _check_outputs(params.store, json_out, create_bucket)
+    from dr_core.pipeline import check_inputs
+
+    check_inputs(cfg.round, cfg.policy_eval.data if cfg.policy_eval else None)
     console.print(styled(("dr coevolve", "bold"), f" preset={cfg.preset} rounds={rounds} store={params.store} run_id={run_id}"))
     _finish(coevolve_flow(params), _print_coevolve, json_out)
 

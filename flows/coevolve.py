@@ -35,7 +35,7 @@ from tasks.runtime import model_id, result_storage
 class CoevolveParams(BaseModel):
     """Parameters of one co-evolution flow run."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True, allow_inf_nan=False)
 
     config: CoevolveConfig = Field(default_factory=lambda: coevolve_preset("tiny"), description="Algorithm 1 config.")
     store: str = Field(default_factory=default_store_url, description="Artifact store URL (path or s3://...).")

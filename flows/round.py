@@ -27,7 +27,7 @@ STAGE = "measure"
 class RoundParams(BaseModel):
     """Parameters of one round flow run."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True, allow_inf_nan=False)
 
     config: RoundConfig = Field(default_factory=lambda: preset("tiny"), description="Sizes, lengths, engines.")
     store: str = Field(default_factory=default_store_url, description="Artifact store URL (path or s3://...).")

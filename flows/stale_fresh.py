@@ -28,7 +28,7 @@ from tasks.stale_fresh import restage_samples
 class StaleFreshParams(BaseModel):
     """Parameters of one stale-versus-fresh run."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True, allow_inf_nan=False)
 
     store: str = Field(default_factory=default_store_url, description="Artifact store URL (path or s3://...).")
     run_id: str = Field("local", pattern=SEGMENT_PATTERN, description="The co-evolution run.")

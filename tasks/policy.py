@@ -3,7 +3,8 @@
 Caching by content. A task's cache key is a SHA-256 over its name, the code version (every source file of dr_core,
 tasks and sql), and its inputs, where an artifact input counts by its content hash (``ArtifactRef.sha256``), never
 by its URI: URIs carry run ids, and the same work under another run id must hit the cache. Model checkpoints count
-by their fingerprint (``dr_core.model.checkpoint_fingerprint``), configs by their JSON.
+by their fingerprint (``dr_core.model.checkpoint_fingerprint``), configs by their JSON without their secrets
+(``dr_core.config.AUTH_FIELDS``: an API key or password is never hashed, and rotating one keeps the cache).
 
 Persistence. Results (small dicts of URIs and numbers) and cache records are stored under the artifact store
 (``<store>/_prefect/results``), so a new process, or a new machine pointed at the same S3 prefix, hits the cache.
@@ -20,6 +21,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from dr_core.config import AUTH_FIELDS
 from dr_core.datasets import DataError
 from dr_core.paths import REPO_DIR
 
@@ -39,11 +41,12 @@ def code_version() -> str:
 
 
 def _canonical(value: Any) -> Any:
-    """Inputs reduced to what determines the output: artifacts by content hash, models by fingerprint."""
+    """Inputs reduced to what determines the output: artifacts by content hash, models by fingerprint; secrets
+    (an engine's api_key, basic_auth, api_key_env) left out: they do not change what a model answers."""
     if isinstance(value, dict):
         if "sha256" in value and "uri" in value:  # an ArtifactRef-shaped dict: content, not location
             return {"sha256": value["sha256"]}
-        return {k: _canonical(v) for k, v in sorted(value.items()) if k not in {"run_id", "store"}}
+        return {k: _canonical(v) for k, v in sorted(value.items()) if k not in {"run_id", "store", *AUTH_FIELDS}}
     if isinstance(value, (list, tuple)):
         return [_canonical(v) for v in value]
     if hasattr(value, "model_dump"):

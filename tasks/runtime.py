@@ -14,7 +14,7 @@ from functools import lru_cache
 from pathlib import Path
 from urllib.parse import urlparse
 
-from dr_core.config import EngineConfig
+from dr_core.config import EngineConfig, redact_url
 from dr_core.engines import Engine, make_engine
 from dr_core.model import is_bundled, model_identity, prepare
 from dr_core.store import Store
@@ -82,9 +82,9 @@ def _dir_fingerprint(path: str) -> str:
 
 def model_id(cfg: EngineConfig) -> str:
     """A model's identity for artifacts and cache keys: a bundled checkpoint by the GGUF hash it came from, a
-    local checkpoint by a hash of its files, a served model by URL and name."""
+    local checkpoint by a hash of its files, a served model by URL (never its credentials) and name."""
     if cfg.kind == "openai_http":
-        return f"{cfg.base_url}#{cfg.model}"
+        return f"{redact_url(cfg.base_url)}#{cfg.model}"
     if is_bundled(cfg.model):
         return model_identity(cfg.model)
     return f"{Path(cfg.model).name}@{_dir_fingerprint(str(Path(cfg.model).expanduser().resolve()))}"

@@ -93,8 +93,131 @@ def test_missing_empty_and_binary_files(tmp_path):
     with pytest.raises(DataError, match="no examples"):
         load_ranked(write(tmp_path, [""]))
     bad = tmp_path / "bin.jsonl"
-    bad.write_bytes(b'{"id": "a"}\n\xff\xfe\n')
-    with pytest.raises(DataError, match="UTF-8"):
+    bad.write_bytes(b'{"id": "a", "prompt": "p", "responses": ["x", "y"]}\n\xff\xfe\n')
+    with pytest.raises(DataError, match="UTF-8") as e:
         load_ranked(bad)
+    assert e.value.line == 2  # the line the byte is on (lines are decoded one by one, not in read-ahead chunks)
     with pytest.raises(ValueError, match="unknown format"):
         load(bad, "nope")
+
+
+# -- values json.loads accepts but no format can use: refused at load, with the field path ----------------------------
+RANKED = '{"id": "a", "prompt": "p", "responses": ["x", "y"]'  # a ranked line, its closing brace left off
+
+
+@pytest.mark.parametrize(
+    "tail, field, fragment",
+    [
+        (', "scores": [NaN, 1]}', "scores[0]", "NaN is not a finite number"),
+        (', "scores": [2, Infinity]}', "scores[1]", "Infinity is not a finite number"),
+        (', "scores": [-Infinity, 1]}', "scores[0]", "-Infinity is not a finite number"),
+        (', "scores": [1e400, 1]}', "scores[0]", "overflows to infinity"),
+        (', "scores": [1, -1e999]}', "scores[1]", "overflows to infinity"),
+        (', "scores": [1' + "0" * 400 + ', 1]}', "scores[0]", "too large for a float"),  # an int: float() overflows
+        (', "scores": [1' + "0" * 5000 + ', 1]}', "scores[0]", "more than 4300 digits"),
+        (', "scores": [1, "2"]}', "scores[1]", "expected a number, got str"),
+        (', "scores": [true, 1]}', "scores[0]", "expected a number, got bool"),
+        (', "source": "\\ud800"}', "source", "lone surrogate '\\ud800'"),
+        (', "extra": {"deep": [0, NaN]}}', "extra.deep[1]", "NaN"),  # an unknown field too: anywhere in the line
+        (', "extra": "ok \\udfff"}', "extra", "lone surrogate"),
+        (', "\\udc80": 1}', "\\udc80", "key has a lone surrogate"),  # the field shown escaped: printable
+        (', "prompt": "again"}', "prompt", "key given twice"),
+    ],
+)
+def test_non_finite_numbers_surrogates_and_duplicate_keys_are_refused(tmp_path, tail, field, fragment):
+    p = write(tmp_path, [{"id": "z", "prompt": "p", "responses": ["x", "y"]}, RANKED + tail])
+    with pytest.raises(DataError) as e:
+        load_ranked(p)
+    assert (e.value.line, e.value.field) == (2, field.encode().decode("unicode_escape") if "\\u" in field else field)
+    assert fragment in str(e.value) and f"{p}:2: field '{field}'" in str(e.value)
+    str(e.value).encode("utf-8")  # the message itself can always be printed
+
+
+@pytest.mark.parametrize("fmt", ["pairwise", "listwise", "sets", "prompts", "policy_eval", "verifiable"])
+def test_every_format_refuses_non_finite_and_surrogates(tmp_path, fmt):
+    for value, fragment in [("NaN", "NaN"), ("1e400", "overflows"), ('"\\ud83d"', "lone surrogate")]:
+        p = tmp_path / f"{fmt}.jsonl"
+        p.write_text('{"id": "a", "prompt": "p", "chosen": "c", "rejected": "r", "best": "b", "others": ["o"], '
+                     f'"responses": ["r"], "answer": "1", "note": {value}}}\n', encoding="utf-8")
+        with pytest.raises(DataError) as e:
+            load(p, fmt)
+        assert (e.value.line, e.value.field) == (1, "note") and fragment in e.value.message
+
+
+def test_numeric_answer_overflowing_is_refused_not_stringified(tmp_path):
+    p = write(tmp_path, ['{"prompt": "p", "answer": 1e400}'])
+    with pytest.raises(DataError) as e:
+        load(p, "verifiable")
+    assert (e.value.line, e.value.field) == (1, "answer")  # not the string 'inf' as a reference answer
+
+
+def test_paired_surrogates_and_big_but_convertible_ints_are_fine(tmp_path):
+    p = write(tmp_path, ['{"id": ' + "9" * 4000 + ', "prompt": "smile \\ud83d\\ude00", "responses": ["x", "y"], '
+                         '"scores": [1e308, -1e308]}'])
+    row = load_ranked(p)[0]
+    assert row.id == "9" * 4000 and row.prompt == "smile \U0001F600" and row.scores == (1e308, -1e308)
+
+
+@pytest.mark.parametrize("line", ["[" * 100_000, '{"a": ' * 100_000, "[" * 5000 + "]" * 5000])
+def test_deep_nesting_is_a_data_error_not_a_recursion_error(tmp_path, line):
+    p = write(tmp_path, [{"id": "z", "prompt": "p", "responses": ["x", "y"]}, line])
+    with pytest.raises(DataError) as e:
+        load_ranked(p)
+    assert e.value.line == 2 and "nested too deeply" in e.value.message
+
+
+def test_huge_integer_id_names_the_field(tmp_path):
+    p = write(tmp_path, ['{"id": ' + "1" * 5000 + ', "prompt": "p", "responses": ["x", "y"]}'])
+    with pytest.raises(DataError) as e:
+        load_ranked(p)
+    assert (e.value.line, e.value.field) == (1, "id") and "too long" in e.value.message
+    assert len(str(e.value)) < 200  # the digits are not all echoed back
+
+
+@pytest.mark.parametrize("row, fragment", [
+    ({"id": True, "prompt": "p", "responses": ["x", "y"]}, "got bool"),
+    ({"id": 1.5, "prompt": "p", "responses": ["x", "y"]}, "got float"),
+    ({"id": None, "prompt": "p", "responses": ["x", "y"]}, "got NoneType"),
+    ({"id": ["a"], "prompt": "p", "responses": ["x", "y"]}, "got list"),
+])
+def test_ids_must_be_strings_or_integers(tmp_path, row, fragment):
+    with pytest.raises(DataError) as e:
+        load_ranked(write(tmp_path, [row]))
+    assert (e.value.line, e.value.field) == (1, "id") and fragment in e.value.message
+
+
+def test_byte_order_mark_allowed_and_bad_byte_reported_on_its_line(tmp_path):
+    p = tmp_path / "bom.jsonl"
+    p.write_bytes(b'\xef\xbb\xbf{"id": "a", "prompt": "p", "responses": ["x", "y"]}\r\n'
+                  b'{"id": "b", "prompt": "p", "responses": ["x", "y"]}\r\n')
+    assert [r.id for r in load_ranked(p)] == ["a", "b"]
+    lines = [json.dumps({"id": f"i{i}", "prompt": "p" * 50, "responses": ["x", "y"]}).encode() for i in range(500)]
+    lines[400] = lines[400].replace(b'"p', b'"\xc3(', 1)  # an invalid UTF-8 sequence, far past the first read chunk
+    p.write_bytes(b"\n".join(lines) + b"\n")
+    with pytest.raises(DataError) as e:
+        load_ranked(p)
+    assert e.value.line == 401 and "not UTF-8" in e.value.message and "0xc3" in e.value.message
+
+
+def test_whole_file_errors_have_no_line_number(tmp_path):
+    with pytest.raises(DataError) as e:
+        load_ranked(write(tmp_path, ["", "  "]))
+    assert str(e.value) == f"{tmp_path / 'data.jsonl'}: no examples in file"
+    with pytest.raises(DataError, match="cannot open"):
+        load_ranked(tmp_path)  # a directory
+
+
+def test_prompt_rows_know_their_line(tmp_path):
+    rows = load(write(tmp_path, ["", {"id": "a", "prompt": "p"}, {"id": "b", "prompt": "q", "baseline": "x"}]), "prompts")
+    assert [r.line for r in rows] == [2, 3]
+    from dr_core.datasets import PromptRow
+
+    assert rows[0] == PromptRow("a", "p")  # the line is not part of a row's value
+
+
+def test_parse_line_is_the_shared_line_check():
+    from dr_core.datasets import parse_line
+
+    assert parse_line("f.jsonl", 1, '{"a": [1, 2.5, "x"]}') == {"a": [1, 2.5, "x"]}
+    with pytest.raises(DataError, match=r"f.jsonl:7: field 'a\[1\]': NaN"):
+        parse_line("f.jsonl", 7, '{"a": [1, NaN]}')
