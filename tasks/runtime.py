@@ -99,8 +99,11 @@ def result_storage(store_url: str):
         return Path(store.root) / "_prefect" / "results"
     from prefect.filesystems import RemoteFileSystem
 
-    settings = {}
-    endpoint = getattr(store.fs, "endpoint_url", None) or (store.fs.client_kwargs or {}).get("endpoint_url")
+    opts = store.s3
+    # the store's own budget (dr_core.store.S3Options: timeouts, one retry loop), never its keys
+    settings = {"config_kwargs": {"connect_timeout": opts.connect_timeout_s, "read_timeout": opts.read_timeout_s,
+                                  "retries": {"total_max_attempts": 1, "mode": "standard"}}}
+    endpoint = opts.endpoint_url or getattr(store.fs, "endpoint_url", None)
     if endpoint:
         settings["client_kwargs"] = {"endpoint_url": endpoint}
     block = RemoteFileSystem(basepath=f"s3://{store.root}/_prefect/results", settings=settings)

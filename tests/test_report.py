@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from dr_core import report
 from dr_core.config import DEFAULT_MODEL
+from dr_core.schemas import TABLES
 from dr_core.stale_fresh import plan
 from dr_core.store import Store
 from dr_core.svg import bar_chart, line_chart
@@ -346,3 +347,28 @@ def test_run_warnings_name_a_judge_that_always_picks_the_first_answer():
     assert out == ["policy evaluation, round 1: the judge picked the first-shown answer in 100% of its verdicts, "
                    "so nearly every prompt is a tie and the win rate cannot move from 0.5"]
     assert run_warnings([], [], [], [{"round": 1, "metric": "judge_position_a_rate", "mean": 0.6}]) == []
+
+
+def test_dr_report_names_failed_queries_and_refuses_when_all_fail(tmp_path):
+    """A foreign-schema part file makes the queries over its table fail: the page lists them, the terminal warns;
+    when every query fails, nothing is written and the exit is 2."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    store = _store(tmp_path)
+    part = store._path(store.parts("verdicts")[0])
+    pq.write_table(pa.table({"foreign": [1]}), part)
+    res = CliRunner().invoke(app, ["report", "--store", store.url, "--run-id", "demo", "--out", str(tmp_path / "r")])
+    assert res.exit_code == 0, res.output
+    assert "warning: query " in res.output and (tmp_path / "r" / "report.html").exists()
+    assert "Query errors" in (tmp_path / "r" / "report.html").read_text(encoding="utf-8")
+    for table in TABLES:
+        for uri in store.parts(table):
+            if "run_id=demo" in uri:
+                pq.write_table(pa.table({"foreign": [1], "run_id": ["demo"]}), store._path(uri))
+    res = CliRunner().invoke(app, ["report", "--store", store.url, "--run-id", "demo", "--out", str(tmp_path / "r2")])
+    assert res.exit_code == 2 and "queries failed" in res.output, res.output
+    assert not (tmp_path / "r2").exists()
