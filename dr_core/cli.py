@@ -44,6 +44,12 @@ def project_errors() -> tuple[type[BaseException], ...]:
 
 def error_line(exc: BaseException) -> str:
     """One line for a project error: its message with line breaks folded to '; ' (an OSError names its file)."""
+    from pydantic import ValidationError
+
+    if isinstance(exc, ValidationError):  # "invalid RoundConfig: k: Input should be ...; foo: Extra inputs ..."
+        details = "; ".join(f"{'.'.join(map(str, e['loc'])) or '(top level)'}: {e['msg']}"
+                            for e in exc.errors(include_url=False, include_input=False))
+        return f"invalid {exc.title}: {details}"
     if isinstance(exc, OSError) and not str(exc).startswith(str(getattr(exc, "filename", None) or "\0")):
         text = f"{exc.filename}: {exc.strerror}" if exc.filename and exc.strerror else str(exc) or type(exc).__name__
     else:

@@ -12,7 +12,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from dr_core.cli import app, check_output_path, console, err_console, fail, styled
+from dr_core.cli import app, check_output_path, console, err_console, error_line, fail, styled
 from dr_core.signals import no_gradient_steps, signal_warnings
 
 _CREATE_BUCKET_HELP = "s3:// store: create the bucket if it does not exist (otherwise a missing bucket is an error)"
@@ -30,7 +30,7 @@ def _load_config(preset_name: str, config_file: Optional[str], overrides: list[s
             fields["engines"] = load_engines_config(config_file)
         return preset(preset_name, **fields)
     except (ValidationError, ValueError, ConfigError) as exc:
-        fail(str(exc))
+        fail(error_line(exc))
 
 
 def _print_round(result: dict) -> None:
@@ -87,7 +87,7 @@ def round_cmd(
         params = RoundParams(config=cfg, store=store or default_store_url(), run_id=run_id, round_no=round_no,
                              run_eval=not no_eval)
     except ValidationError as exc:
-        fail(str(exc))
+        fail(error_line(exc))
     _check_outputs(params.store, json_out, create_bucket)
     from dr_core.pipeline import check_inputs
 
@@ -243,7 +243,7 @@ def coevolve_cmd(
 
         params = CoevolveParams(config=cfg, store=store or default_store_url(), run_id=run_id)
     except (ValidationError, ValueError, ConfigError) as exc:
-        fail(str(exc))
+        fail(error_line(exc))
     _check_outputs(params.store, json_out, create_bucket)
     from dr_core.pipeline import check_inputs
 
@@ -266,7 +266,7 @@ def report_cmd(
     try:
         target = Store.from_url(store or default_store_url())
     except ValueError as exc:
-        fail(str(exc))
+        fail(error_line(exc))
     path = write_report(target.require_exists(), run_id, out, examples,
                         warn=lambda m: err_console.print(styled(("warning: ", "bold yellow"), m), soft_wrap=True))
     console.print(f"report: {path}")
@@ -299,7 +299,7 @@ def stale_fresh_cmd(
         Store.from_url(params.store).require_exists()
         result = stale_fresh_flow(params)
     except (ValidationError, ValueError) as exc:
-        fail(str(exc))
+        fail(error_line(exc))
     t, s = result["round"], result["summary"]
     tab = Table(title=f"Stale vs fresh evaluator, run {run_id}, round {t}: P({t - 1})'s sets "
                       f"({result['sets']['stage']} samples of round {result['sets']['round']})")
