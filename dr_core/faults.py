@@ -1,28 +1,37 @@
 """Deterministic fault injection: named points in the pipeline where a test makes the process fail on purpose.
 
-A fault point is one call, ``fault_point("verify")``, placed where a real failure could strike (inside a step after
-its model work and before its store write, between GRPO steps, in the middle of a store write). It does nothing
-unless the environment variable ``DR_FAULT`` names it, so a production run pays one dictionary lookup per point.
+A fault point is one call, ``fault_point("verify")``, placed where a real failure could strike. It does nothing
+unless the environment variable ``DR_FAULT`` names it: with the variable unset a point costs one environment lookup.
 
-``DR_FAULT`` holds one or more comma-separated rules ``ACTION@POINT[#N]``:
+The points (name, qualifiers, where):
 
-- ``POINT`` is a point's name (``sample``, ``generate-rubrics``, ``verify``, ``grpo-step``, ``store-write``) or a
-  name with one of its qualifiers after a colon: ``store-write:rubrics`` (the table written) or
-  ``store-write:measure-rubrics`` (the part file's name); see the call sites for their qualifiers.
-- ``#N`` fires on the N-th hit of the point in this process only (1-based: ``kill@grpo-step#2`` is the end of the
+- ``sample``, ``generate-rubrics``, ``verify`` (qualifier: the stage, e.g. ``verify:measure``): in
+  ``dr_core.pipeline.sample_sets`` / ``write_rubrics`` / ``verify_sets``, after the step's model work and before its
+  rows are returned to the task that writes them (so inside the Prefect step, before its store write);
+- ``grpo-step``: ``dr_core.grpo``, a trainer callback at the end of every optimiser step, before that step's
+  checkpoint is saved (between two checkpoints);
+- ``store-write`` (qualifiers: the table, e.g. ``store-write:verdicts``, and the part name, e.g.
+  ``store-write:measure-verdicts``): ``dr_core.atomic._write_temp`` for the store's part files, half-way through the
+  bytes of the temp file (the first half written and fsynced, the second not yet).
+
+``DR_FAULT`` holds one or more comma-separated rules ``ACTION@POINT[#N[+]]``:
+
+- ``POINT``: a point's name, or a name with one of its qualifiers after a colon.
+- ``#N`` fires on the N-th hit of that point in this process only (1-based: ``kill@grpo-step#2`` is the end of the
   second optimiser step); ``#N+`` fires on the N-th hit and every later one; without ``#`` every hit fires.
 - ``ACTION`` is one of
   - ``kill``: ``os.kill(os.getpid(), SIGKILL)``, the process dies at once (no cleanup, no ``finally``);
   - ``enospc``: raise ``OSError(errno.ENOSPC)``, as a full disk does from ``write``;
   - ``pause``: create ``$DR_FAULT_DIR/<POINT>.paused`` (``POINT`` as written in the rule; default directory: the
     current one), then wait until ``<POINT>.continue`` appears there (at most ``$DR_FAULT_PAUSE_S`` seconds,
-    default 600), so a test can act at that moment (stop a server) and then let the process go on.
+    default 600), so a test can act at that moment (stop a server, fill a disk) and then let the process go on.
 
     DR_FAULT=kill@verify dr round ...                      # SIGKILL inside the verify step
     DR_FAULT='enospc@store-write:rubrics' dr round ...     # every write of the rubrics table fails with ENOSPC
     DR_FAULT='kill@store-write:verdicts#1' dr round ...    # SIGKILL half-way through the first verdicts write
+    DR_FAULT='pause@verify#1' DR_FAULT_DIR=/tmp/f dr round ...
 
-Pure: no Prefect, no I/O unless a rule fires. The hit counters are per process.
+Pure: no Prefect, no I/O unless a rule fires. The hit counters are per process. tests/test_faults.py is the matrix.
 """
 
 from __future__ import annotations
@@ -79,10 +88,10 @@ def fault_point(point: str, *qualifiers: str, file=None, store_path: str | None 
     if store_path is not None:
         qualifiers = (*qualifiers, *store_tags(store_path))
     names = {point, *(f"{point}:{q}" for q in qualifiers if q)}
-    for action, target, nth, later in _rules(spec):
-        if target not in names:
-            continue
+    matched = [rule for rule in _rules(spec) if rule[1] in names]
+    for target in {rule[1] for rule in matched}:  # one hit per call, however many rules name the point
         _hits[target] += 1
+    for action, target, nth, later in matched:
         n = _hits[target]
         if nth is not None and (n < nth if later else n != nth):
             continue

@@ -64,7 +64,11 @@ final model (merged when LoRA) and its tokenizer go to ``out_dir/final``, writte
 ``result.json`` and then the ``.dr-complete`` marker last, and renamed into place; a call that finds a complete
 ``out_dir/final`` returns its saved result without training again. Once ``final`` is in place the resumable
 checkpoints are deleted (``keep_resume_checkpoints`` keeps them): for SmolLM2-135M they are 1.6 GB per update. The reward history is appended to
-``out_dir/history.jsonl`` so a resumed run reports the whole run.
+``out_dir/history.jsonl`` so a resumed run reports the whole run. Likewise every rollout record goes to
+``out_dir/records.jsonl`` as it is handed to ``on_rollouts``: a resumed call first hands ``on_rollouts`` the records
+of the steps before its checkpoint (those after it are done again), and a call that finds the finished model hands
+it every record of the run, so ``on_rollouts`` always sees each rollout of the whole run exactly once per call
+(replayed records come back from JSON: tuples as lists).
 
 On CPU: float32 (``bf16=False``), ``OMP_NUM_THREADS=1``, ``use_vllm=False`` (TRL's vLLM modes need CUDA here);
 several CPU processes (DeepSpeed tests) get ``ddp_backend="gloo"``, which accelerate does not pick by itself.
@@ -90,7 +94,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dr_core.engines.base import Engine
 from dr_core.evaluator import EvalItem, GeneratedRubric, evaluate_sets, score_rubrics, shuffled_order
-from dr_core import prompts
+from dr_core import faults, prompts
+from dr_core.atomic import write_atomic
 from dr_core.model import COMPLETE_MARKER
 from dr_core.rubric import UNSCORABLE, Rubric, RubricError, parse_rubric
 from dr_core.scoring import anchor_reward, combined_advantages
@@ -99,6 +104,7 @@ FINAL_DIR = "final"
 CHECKPOINTS_DIR = "checkpoints"
 RESULT_FILE = "result.json"
 HISTORY_FILE = "history.jsonl"
+RECORDS_FILE = "records.jsonl"
 
 OnRollouts = Callable[[list[dict]], None]
 
@@ -419,13 +425,58 @@ def _history_path(out_dir: Path) -> Path:
     return out_dir / (HISTORY_FILE if rank == 0 else f"history.rank{rank}.jsonl")
 
 
-def _load_history(out_dir: Path, before_step: int) -> list[dict]:
-    """History of earlier calls up to the resumed step (later entries are re-done after the resume)."""
-    path = _history_path(out_dir)
+def _read_jsonl(path: Path) -> list[dict]:
+    """The entries of a JSON-lines file we append to; a last line torn by a crash mid-append is left out."""
     if not path.is_file():
         return []
-    entries = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return [e for e in entries if e["step"] < before_step]
+    lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    out = []
+    for i, line in enumerate(lines):
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            if i < len(lines) - 1:
+                raise
+    return out
+
+
+def _load_history(out_dir: Path, before_step: int) -> list[dict]:
+    """History of earlier calls up to the resumed step (later entries are re-done after the resume)."""
+    return [e for e in _read_jsonl(_history_path(out_dir)) if e["step"] < before_step]
+
+
+def _records_path(out_dir: Path) -> Path:
+    rank = _rank()
+    return out_dir / (RECORDS_FILE if rank == 0 else f"records.rank{rank}.jsonl")
+
+
+def _jsonable(value):
+    return value.item() if hasattr(value, "item") else str(value)
+
+
+class _PersistedRecords:
+    """``on_rollouts`` that first appends the records to a JSON-lines file, then hands them on."""
+
+    def __init__(self, path: Path, initial: list[dict], downstream: OnRollouts | None):
+        self.path, self.downstream = path, downstream
+        write_atomic(path, "".join(json.dumps(r, default=_jsonable) + "\n" for r in initial))  # as the history
+
+    def __call__(self, records: list[dict]) -> None:
+        with self.path.open("a", encoding="utf-8") as fh:
+            fh.writelines(json.dumps(r, default=_jsonable) + "\n" for r in records)
+        if self.downstream is not None:
+            self.downstream(records)
+
+
+def _replay_records(reward, out_dir: Path, before_step: int | None) -> list[dict]:
+    """Hand ``reward.on_rollouts`` the saved records of an earlier call (all of them, or those of the steps before
+    ``before_step``) and return them."""
+    saved = _read_jsonl(_records_path(out_dir))
+    if before_step is not None:
+        saved = [r for r in saved if r["step"] < before_step]
+    if saved and getattr(reward, "on_rollouts", None) is not None:
+        reward.on_rollouts(saved)
+    return saved
 
 
 class _PersistedHistory(list):
@@ -434,14 +485,25 @@ class _PersistedHistory(list):
     def __init__(self, path: Path, initial: list[dict]):
         super().__init__(initial)
         self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("w") as fh:
-            fh.writelines(json.dumps(e) + "\n" for e in initial)
+        # rewritten whole and atomically: a crash here must not lose the entries of the steps before the resume
+        write_atomic(path, "".join(json.dumps(e) + "\n" for e in initial))
 
     def append(self, entry: dict) -> None:
         super().append(entry)
         with self.path.open("a") as fh:
             fh.write(json.dumps(entry) + "\n")
+
+
+def _fault_callback():
+    """A TRL/transformers callback with the ``grpo-step`` fault point (``dr_core.faults``) at the end of every
+    optimiser step, before that step's checkpoint is saved: a fault there strikes between two checkpoints."""
+    from transformers import TrainerCallback
+
+    class FaultPoint(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            faults.fault_point("grpo-step")  # DR_FAULT hook (dr_core/faults.py)
+
+    return FaultPoint()
 
 
 def _grpo_trainer_class():
@@ -472,6 +534,7 @@ def _train(
     out_dir = Path(out_dir)
     final = out_dir / FINAL_DIR
     if is_complete(final):
+        _replay_records(reward, out_dir, None)
         return TrainResult(**json.loads((final / RESULT_FILE).read_text()))
 
     import torch
@@ -483,6 +546,8 @@ def _train(
     resume = last_checkpoint(ckpt_dir)
     resumed_step = json.loads((resume / "trainer_state.json").read_text())["global_step"] if resume else 0
     reward.history = _PersistedHistory(_history_path(out_dir), _load_history(out_dir, resumed_step) if resume else [])
+    earlier = _replay_records(reward, out_dir, resumed_step) if resume else []
+    reward.on_rollouts = _PersistedRecords(_records_path(out_dir), earlier, reward.on_rollouts)
 
     tokenizer = AutoTokenizer.from_pretrained(str(base_checkpoint))
     if tokenizer.pad_token is None:
@@ -530,6 +595,7 @@ def _train(
         train_dataset=Dataset.from_list(dataset_rows),
         processing_class=tokenizer,
         peft_config=peft_config,
+        callbacks=[_fault_callback()],
     )
     trainer.dr_advantages = []
     train_start = time.perf_counter()

@@ -55,10 +55,12 @@ def load_rows(path: str | Path, role: str) -> list[GeneratorRow] | list[PolicyRo
 
 def run(role: str, base: str, rows, settings: GRPOSettings, out: str | Path, generator: Engine | None,
         verifier: Engine) -> TrainResult:
-    """One update; this process's rollout records are appended to ``out/rollouts.rank<R>.jsonl``."""
+    """One update; this process's rollout records (of the whole run, also when it resumed or had finished) are
+    written to ``out/rollouts.rank<R>.jsonl``."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     records_path = out / f"rollouts.rank{os.environ.get('RANK', '0')}.jsonl"
+    records_path.unlink(missing_ok=True)  # the update hands over every record of the run, resumed parts included
 
     def write(records: list[dict]) -> None:
         with records_path.open("a", encoding="utf-8") as fh:

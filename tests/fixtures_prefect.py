@@ -3,7 +3,60 @@ round config that runs on the session's vLLM engine."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
 import pytest
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def prefect_server(home: Path, timeout: float = 180.0):
+    """A real ``prefect server`` on 127.0.0.1 with its own PREFECT_HOME; yields its API URL once healthy, and is
+    stopped by its process group id (SIGTERM, then SIGKILL after 30 s)."""
+    import httpx
+
+    home.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    env.update(PREFECT_HOME=str(home), PREFECT_SERVER_ANALYTICS_ENABLED="false", OMP_NUM_THREADS="1")
+    log = open(home / "server.log", "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port",
+                             str(port)], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    api = f"http://127.0.0.1:{port}/api"
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            assert proc.poll() is None, (home / "server.log").read_text()[-3000:]
+            try:
+                if httpx.get(f"{api}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, f"prefect server not healthy in {timeout:.0f} s"
+            time.sleep(0.5)
+        yield api
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        except ProcessLookupError:
+            pass
+        log.close()
 
 
 @pytest.fixture(scope="session")

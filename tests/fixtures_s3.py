@@ -81,15 +81,17 @@ class SeaweedServer:
         }
 
     @classmethod
-    def start(cls, workdir: Path, timeout: float = 60.0) -> "SeaweedServer":
+    def start(cls, workdir: Path, timeout: float = 60.0, ports: dict[str, int] | None = None,
+              extra_flags: tuple[str, ...] = ()) -> "SeaweedServer":
+        """Start on free ports (or ``ports``: a restart on the same data keeps its endpoint), with ``extra_flags``."""
         data, logs = workdir / "data", workdir / "logs"
         data.mkdir(parents=True, exist_ok=True)
         logs.mkdir(parents=True, exist_ok=True)
-        ports = dict(zip(_PORT_FLAGS, _free_ports(len(_PORT_FLAGS))))
+        ports = dict(ports) if ports else dict(zip(_PORT_FLAGS, _free_ports(len(_PORT_FLAGS))))
         cmd = [
             str(weed_binary()), f"-logdir={logs}", "server", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
             "-s3", "-filer", "-master.telemetry=false", "-s3.port.iceberg=0", "-s3.port.lance=0",
-            f"-filer.localSocket={workdir}/filer.sock", f"-s3.localSocket={workdir}/s3.sock", *_DISK_FLAGS,
+            f"-filer.localSocket={workdir}/filer.sock", f"-s3.localSocket={workdir}/s3.sock", *_DISK_FLAGS, *extra_flags,
             *(f"-{flag}={port}" for flag, port in ports.items()),
         ]
         env = {**os.environ, "AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY}

@@ -6,13 +6,14 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+
+from tests.fixtures_prefect import prefect_server
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -63,35 +64,11 @@ def test_killed_run_resumes_without_redoing_finished_steps(killed_then_resumed):
     assert s.read_table("verdicts", run_id="k", round=1).num_rows == result["summary"]["verdicts"]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def test_same_flow_runs_against_a_real_prefect_server(killed_then_resumed, tmp_path):
     import httpx
 
     store, _ = killed_then_resumed
-    port = _free_port()
-    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect-home"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-           "PREFECT_API_URL": ""}
-    env.pop("PREFECT_API_URL")
-    log = open(tmp_path / "server.log", "wb")
-    server = subprocess.Popen([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port",
-                               str(port)], env=env, stdout=log, stderr=subprocess.STDOUT)
-    api = f"http://127.0.0.1:{port}/api"
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            assert server.poll() is None, (tmp_path / "server.log").read_text()[-3000:]
-            try:
-                if httpx.get(f"{api}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "prefect server not healthy in 180 s"
-            time.sleep(1)
+    with prefect_server(tmp_path / "prefect-home") as api:
         out = tmp_path / "result.json"
         proc = _dr_round(store, "k", out, env={"PREFECT_API_URL": api, "PREFECT_HOME": str(tmp_path / "client")})
         text, _ = proc.communicate(timeout=600)
@@ -100,11 +77,3 @@ def test_same_flow_runs_against_a_real_prefect_server(killed_then_resumed, tmp_p
         runs = httpx.post(f"{api}/flow_runs/filter", json={"limit": 10}, timeout=10).json()
         assert any(r["state_type"] == "COMPLETED" for r in runs)
         assert json.loads(out.read_text())["steps"]["sample"]["state"] == "Cached"
-    finally:
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-        log.close()
