@@ -187,6 +187,7 @@ def json_safe(obj):
     return obj
 
 
-def json_text(obj, indent: int | None = 2) -> str:
-    """``obj`` as strict JSON text: non-finite floats become null, never the invalid NaN/Infinity tokens."""
-    return json.dumps(json_safe(obj), indent=indent, ensure_ascii=False, allow_nan=False, default=str) + "\n"
+def json_text(obj, indent: int | None = 2, default=None) -> str:
+    """``obj`` as strict JSON text: non-finite floats become null, never the invalid NaN/Infinity tokens.
+    ``default``: how to write other objects (e.g. ``str`` for SQL dates); None: TypeError, before any file."""
+    return json.dumps(json_safe(obj), indent=indent, ensure_ascii=False, allow_nan=False, default=default) + "\n"

@@ -86,7 +86,7 @@ err_console = Console(stderr=True, markup=False, highlight=False)
 def _root(debug: bool = typer.Option(False, "--debug", envvar="DR_DEBUG",
                                      help="Show the traceback of an error instead of one line (for bug reports).")) -> None:
     """dynamicrubric: co-evolve a rubric generator and a policy (DynamicRubric), score, query and report."""
-    _DEBUG["on"] = _DEBUG["on"] or debug
+    _DEBUG["on"] = debug  # per invocation (typer reads DR_DEBUG into it)
 
 
 def install_signal_handlers() -> None:

@@ -638,6 +638,6 @@ def write_report(store: Store, run_id: str, out_dir: str | Path, n_examples: int
     for e in d["errors"]:
         if warn:
             warn(f"query {e}")
-    atomic.write_all_atomic([(out / "report.json", json_text(d, indent=1)),
+    atomic.write_all_atomic([(out / "report.json", json_text(d, indent=1, default=str)),
                              (out / "report.html", render_html(d, store.url))])
     return out / "report.html"

@@ -123,7 +123,7 @@ def render(table: pa.Table, fmt: str):
             out.add_row(*("NULL" if v is None else str(v) for v in r.values()))
         return out
     if fmt == "json":  # NaN and infinities are not JSON: they print as null
-        return json_text(rows, indent=1)
+        return json_text(rows, indent=1, default=str)
     if fmt == "csv":
         buf = io.StringIO()
         writer = csv.writer(buf, lineterminator="\n")

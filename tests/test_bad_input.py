@@ -298,6 +298,12 @@ def guarded(monkeypatch, tmp_path):
     def boom(*_a, **_k):
         raise ModelWorkStarted("model or flow work started before the input was refused")
 
+    # import every module that binds these names first: one imported while they are patched would keep the guard
+    # for the rest of the session (``from dr_core.engines import make_engine``)
+    import dr_core.eval_runs, dr_core.grpo, dr_core.pipeline, dr_core.policy_eval, dr_core.reward_model  # noqa: E401,F401
+    import flows.anchor_refresh, flows.coevolve, flows.round, flows.stale_fresh  # noqa: E401,F401
+    import tasks.policy_eval, tasks.round, tasks.runtime, tasks.stale_fresh, tasks.train  # noqa: E401,F401
+
     for target in ("dr_core.eval_runs.open_engines", "dr_core.policy_eval._Engines.get", "dr_core.model.prepare",
                    "dr_core.engines.make_engine", "dr_core.reward_model.RewardModel", "flows.round.round_flow",
                    "flows.coevolve.coevolve_flow"):

@@ -421,7 +421,11 @@ def test_s3_server_stopped_mid_round_then_restarted(ctx, reference, case):
         rc, text, _ = _run(cmd, ctx.env(case / "cache", **weed.env), 240, case / "rerun.log")
         assert rc == 0, text[-4000:]
         steps = _result(out)["steps"]
-        assert steps["generate-rubrics"]["state"] == "Cached" and steps["verify"]["state"] == "Completed", steps
+        # verify never finished, so it ran again; the steps before it are Cached when the server kept their cache
+        # records, Completed when its crash lost its latest writes (SIGKILL of SeaweedFS can): either way no row is
+        # lost or doubled (the comparison below)
+        assert steps["verify"]["state"] == "Completed", steps
+        assert all(v["state"] in ("Cached", "Completed") for v in steps.values()), steps
         s3 = S3Options(endpoint_url=weed.endpoint_url, region=fixtures_s3.REGION, key=fixtures_s3.ACCESS_KEY,
                        secret=fixtures_s3.SECRET_KEY)
         assert_same_rows(snapshot(store, s3=s3), reference["rows"])

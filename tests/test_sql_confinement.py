@@ -8,7 +8,6 @@ server (SeaweedFS)."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import duckdb
@@ -196,4 +195,5 @@ def test_dr_query_on_a_corrupt_or_foreign_part_is_one_line(local_store):
 def test_debug_shows_the_traceback(tmp_path):
     res = dr("--debug", "sql", "SELECT 1", "--store", tmp_path / "nope")
     assert res.exit_code == 1 and type(res.exception).__name__ == "StoreError"
-    os.environ.pop("DR_DEBUG", None)
+    res = dr("sql", "SELECT 1", "--store", tmp_path / "nope")  # --debug holds for its own invocation only
+    assert res.exit_code == 2 and res.output.startswith("error: no store at")
