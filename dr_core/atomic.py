@@ -38,6 +38,9 @@ TEMP_SUFFIX = ".tmp"
 class OutputPathError(OSError):
     """An output path that cannot be written: says which and why (checked before any work)."""
 
+    def __str__(self) -> str:  # the message alone, not "[Errno 21] ...: 'path'"
+        return self.strerror
+
 
 def current_umask() -> int:
     """The process umask, read without changing it where /proc allows (os.umask is a set-and-restore)."""

@@ -50,11 +50,10 @@ def error_line(exc: BaseException) -> str:
         details = "; ".join(f"{'.'.join(map(str, e['loc'])) or '(top level)'}: {e['msg']}"
                             for e in exc.errors(include_url=False, include_input=False))
         return f"invalid {exc.title}: {details}"
-    if isinstance(exc, OSError) and not str(exc).startswith(str(getattr(exc, "filename", None) or "\0")):
-        text = f"{exc.filename}: {exc.strerror}" if exc.filename and exc.strerror else str(exc) or type(exc).__name__
-    else:
-        text = str(exc) or type(exc).__name__
-    return "; ".join(part.strip() for part in text.splitlines() if part.strip())
+    if type(exc) in (OSError, PermissionError, FileNotFoundError, IsADirectoryError, NotADirectoryError) \
+            and exc.filename and exc.strerror:
+        return f"{exc.filename}: {exc.strerror}"  # not "[Errno 13] Permission denied: 'path'"
+    return str(exc) or type(exc).__name__  # fail() folds a multi-line message into one line
 
 
 class _Commands(TyperGroup):

@@ -30,9 +30,6 @@ _CONVERT = {
     "BOOLEAN": lambda s: {"true": True, "false": False, "1": True, "0": False}[s.strip().lower()],
 }
 
-#: Statement types ``run_read_only`` lets through: they read, never write.
-READ_ONLY_TYPES = frozenset({duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN})
-
 
 class QueryError(ValueError):
     """A query name, parameter or statement the caller must fix (the message says how)."""
@@ -136,7 +133,7 @@ def check_read_only(con: duckdb.DuckDBPyConnection, text: str) -> None:
     try:
         statements = con.extract_statements(text)
     except duckdb.Error as exc:
-        raise QueryError(f"cannot parse the SQL: {_first_line(exc)}") from None
+        raise QueryError(f"cannot parse the SQL: {first_line(exc)}") from None
     if len(statements) != 1:
         raise QueryError(f"expected exactly one SQL statement, got {len(statements)}")
     kind = statements[0].type
@@ -164,5 +161,6 @@ def run_read_only(con: duckdb.DuckDBPyConnection, text: str) -> pa.Table:
     return con.sql(text).to_arrow_table()
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
+    """A DuckDB error's first line (the rest is the statement quoted back with a caret under the fault)."""
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]

@@ -287,9 +287,9 @@ class Store:
             if root.exists() and not root.is_dir():
                 raise StoreError(f"store {self.url} is a file, not a directory")
             try:
-                atomic.check_output_path(root / ".probe", "store")
+                atomic.check_output_path(root / ".probe", "a file in the store")
             except OSError as exc:
-                raise StoreError(str(exc).replace(f"store {root / '.probe'}", f"store {self.url}")) from None
+                raise StoreError(f"store {self.url} cannot be written: {exc}") from None
             return self
         with self._errors("checking the bucket"):
             if not self._bucket_exists():

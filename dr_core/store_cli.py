@@ -71,7 +71,7 @@ def run_sql(text: str, store_url: str | None) -> pa.Table:
     except named_sql.QueryError as exc:
         raise CommandError(str(exc)) from None
     except Exception as exc:  # a DuckDB error in the user's SQL: show it, not a traceback
-        raise CommandError(f"query failed: {_one_line(exc)}") from None
+        raise CommandError(f"query failed: {named_sql.first_line(exc)}") from None
 
 
 def run_query(name: str, store_url: str | None, raw_params: list[str]) -> pa.Table:
@@ -91,7 +91,7 @@ def run_query(name: str, store_url: str | None, raw_params: list[str]) -> pa.Tab
     try:
         return named_sql.run(con, name, params)
     except duckdb.Error as exc:  # a corrupt or foreign part file, say: name the query and the cause
-        raise CommandError(f"query {name} failed: {_one_line(exc)}") from None
+        raise CommandError(f"query {name} failed: {named_sql.first_line(exc)}") from None
 
 
 def _connect(store_url: str | None):
@@ -102,10 +102,6 @@ def _connect(store_url: str | None):
     except ValueError as exc:
         raise CommandError(str(exc)) from None
     return store.require_exists().connect()
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split())[:600] or type(exc).__name__
 
 
 def render(table: pa.Table, fmt: str):

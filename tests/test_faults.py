@@ -59,6 +59,14 @@ ENV_CLEARED = ("DR_FAULT", "DR_FAULT_DIR", "DR_STORE", "PREFECT_API_URL", "AWS_E
 # ------------------------------------------------------------------------------------------------ helpers
 
 
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL a run's whole process group (started with start_new_session), if it is still there."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
 def _engines(path: Path, base_url: str, **extra) -> Path:
     """An engines file with every role on ``base_url`` (verdicts by structured choice)."""
     role = {"kind": "openai_http", "base_url": base_url, "model": "default", "verdict_mode": "choice", **extra}
@@ -89,14 +97,11 @@ def _run(cmd: list[str], env: dict, timeout: float, log: Path) -> tuple[int, str
         try:
             rc = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+            _kill_group(proc)
             proc.wait()
             pytest.fail(f"{cmd[:5]} did not finish in {timeout} s (a hang); output:\n{log.read_text()[-4000:]}")
         finally:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            _kill_group(proc)
     return rc, log.read_text(errors="replace"), time.monotonic() - start
 
 
@@ -306,10 +311,7 @@ def test_real_full_disk_on_a_tmpfs_leaves_nothing_partial(ctx, reference, case):
             (fault_dir / "generate-rubrics.continue").write_text("")
             rc = proc.wait(timeout=120)
         finally:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            _kill_group(proc)
         text = log.read_text(errors="replace")
         assert rc not in (0, -signal.SIGKILL) and "No space left on device" in text, text[-3000:]
         assert temp_files(store) == [] and list(store.glob("rubrics/**/*.parquet")) == []
@@ -407,10 +409,7 @@ def test_s3_server_stopped_mid_round_then_restarted(ctx, reference, case):
                 pytest.fail(f"the run hung with its S3 server down:\n{log.read_text()[-3000:]}")
             failed_after = time.monotonic() - stopped
         finally:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            _kill_group(proc)
         text = log.read_text(errors="replace")
         assert rc not in (0, -signal.SIGKILL), text[-3000:]
         assert not out.exists()

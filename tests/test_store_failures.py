@@ -89,7 +89,8 @@ def test_refused_endpoint_is_one_line_naming_it(s3_env):
     t0 = time.monotonic()
     for args in (("sql", "SELECT 1"), ("ingest", "anchors", ANCHORS), ("report", "--run-id", "r", "--out", "rep")):
         line = _one_error_line(dr(*args, "--store", "s3://bucket/prefix"))
-        assert endpoint in line and "PLANTED-S3-SECRET" not in line, line
+        assert endpoint in line and "Could not connect" in line and "PLANTED-S3-SECRET" not in line, line
+        assert "does not exist" not in line  # a dead endpoint is not reported as a missing bucket
     assert time.monotonic() - t0 < 30  # no retry storm: a refused connection is not retried
 
 
