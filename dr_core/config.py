@@ -42,9 +42,9 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 DEFAULT_MODEL = DEFAULT_ALIAS
 
 EngineKind = Literal["vllm", "openai_http"]
-#: How the verifier turns a check into yes/no (``dr_core.evaluator.verify``): see ``EngineConfig.verdict_mode``.
+#: How the verifier turns a check into yes/no (``dr_core.evaluator.evaluate.verify``): see ``EngineConfig.verdict_mode``.
 VerdictMode = Literal["choice", "calibrated", "balanced"]
-#: The verifier's prompt (``dr_core.prompts.verifier_messages``): see ``EngineConfig.verifier_prompt``.
+#: The verifier's prompt (``dr_core.rubric.prompts.verifier_messages``): see ``EngineConfig.verifier_prompt``.
 VerifierPrompt = Literal["system", "plain"]
 ROLES = ("generator", "verifier", "policy")
 
@@ -58,7 +58,7 @@ REDACTED = "**********"
 #: EngineConfig fields that hold secrets: masked in reprs and JSON.
 SECRET_FIELDS = frozenset({"api_key", "basic_auth"})
 #: EngineConfig fields that say how to authenticate, not what a model answers: left out of cache keys
-#: (tasks/policy.py), so a new or rotated key keeps the cache.
+#: (tasks/options.py), so a new or rotated key keeps the cache.
 AUTH_FIELDS = SECRET_FIELDS | {"api_key_env"}
 #: api_key values that mean "no key" (the OpenAI client's placeholder for a server without auth).
 _NO_KEY = ("", "EMPTY")

@@ -92,7 +92,7 @@ class PromptRow:
 
 @dataclass(frozen=True)
 class VerifiableRow:
-    """A prompt with a known reference answer (verifiable tasks: dr_core/answers.py). ``id`` defaults to
+    """A prompt with a known reference answer (verifiable tasks: dr_core/evaluator/answers.py). ``id`` defaults to
     ``line-N``; ``line`` is where it came from, for errors found later (a reference its task cannot read)."""
 
     id: str

@@ -6,12 +6,12 @@ unless the environment variable ``DR_FAULT`` names it: with the variable unset a
 The points (name, qualifiers, where):
 
 - ``sample``, ``generate-rubrics``, ``verify`` (qualifier: the stage, e.g. ``verify:measure``): in
-  ``dr_core.pipeline.sample_sets`` / ``write_rubrics`` / ``verify_sets``, after the step's model work and before its
+  ``dr_core.runs.round_steps.sample_sets`` / ``write_rubrics`` / ``verify_sets``, after the step's model work and before its
   rows are returned to the task that writes them (so inside the Prefect step, before its store write);
-- ``grpo-step``: ``dr_core.grpo``, a trainer callback at the end of every optimiser step, before that step's
+- ``grpo-step``: ``dr_core.train.grpo``, a trainer callback at the end of every optimiser step, before that step's
   checkpoint is saved (between two checkpoints);
 - ``store-write`` (qualifiers: the table, e.g. ``store-write:verdicts``, and the part name, e.g.
-  ``store-write:measure-verdicts``): ``dr_core.atomic._write_temp`` for the store's part files, half-way through the
+  ``store-write:measure-verdicts``): ``dr_core.store.atomic._write_temp`` for the store's part files, half-way through the
   bytes of the temp file (the first half written and fsynced, the second not yet).
 
 ``DR_FAULT`` holds one or more comma-separated rules ``ACTION@POINT[#N[+]]``:

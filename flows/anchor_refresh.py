@@ -18,13 +18,14 @@ from pathlib import Path
 
 from prefect import flow, task
 
-from dr_core import checkpoints, sql
+from dr_core.store import checkpoints
+from dr_core.store import sql
 from dr_core.datasets import DataError, load_ranked
 from dr_core.paths import cache_dir
 from dr_core.presets import coevolve_preset
-from dr_core.store import Store, default_store_url
-from dr_core.store_cli import ingest
-from tasks.policy import retry_on_transient
+from dr_core.store.artifacts import Store, default_store_url
+from dr_core.runs.store_commands import ingest
+from tasks.options import retry_on_transient
 
 LIGHT = dict(retries=2, retry_delay_seconds=[2, 10], retry_condition_fn=retry_on_transient)
 

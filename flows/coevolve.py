@@ -11,7 +11,7 @@ stays frozen (self-contained mode: one backbone for all three roles, set in the 
   5. win rate of P(t) against P(0) on held-out prompts, pairwise judge        (tasks/policy_eval.py)
 Round 0 (``measure_start``) measures P(0) with G(0): the "before" numbers. Every step is a cached, retryable task:
 re-running a finished round does no training and no model work. The result's ``warnings`` say in words when the
-signal degenerated (``dr_core.signals``): a GRPO step with no gradient, a verifier that says yes (or no) to almost
+signal degenerated (``dr_core.scoring.signals``): a GRPO step with no gradient, a verifier that says yes (or no) to almost
 everything, sets whose scores are constant; they also go to the flow run's log.
 """
 
@@ -21,10 +21,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from prefect import flow, get_run_logger
 
-from dr_core import checkpoints, signals
+from dr_core.store import checkpoints
+from dr_core.scoring import signals
 from dr_core.model import is_bundled
 from dr_core.presets import CoevolveConfig, RoundConfig, coevolve_preset
-from dr_core.store import SEGMENT_PATTERN, Store, default_store_url
+from dr_core.store.artifacts import SEGMENT_PATTERN, Store, default_store_url
 from flows.round import StepLog, measure, run_step
 from tasks import round as steps
 from tasks import policy_eval as policy_eval_task
@@ -61,12 +62,12 @@ def _num(v):
     return None if v is None else round(float(v), 4)
 
 
-#: What an update's summary carries about its training signal (tasks/train.py, dr_core.signals).
+#: What an update's summary carries about its training signal (tasks/train.py, dr_core.scoring.signals).
 SIGNAL_KEYS = ("zero_std_by_step", "no_gradient_steps")
 
 
 def round_warnings(rounds: list[dict]) -> list[str]:
-    """The degenerate-signal warnings of the run's round summaries, in words (``dr_core.signals``)."""
+    """The degenerate-signal warnings of the run's round summaries, in words (``dr_core.scoring.signals``)."""
     updates = [{"role": role, "round": r["round"], "steps": r[f"{role}_update"].get("zero_std_by_step")}
                for r in rounds for role in ("generator", "policy") if r.get(f"{role}_update")]
     return signals.signal_warnings(

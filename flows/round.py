@@ -17,7 +17,7 @@ from prefect import flow, get_run_logger
 from pydantic import BaseModel, ConfigDict, Field
 
 from dr_core.presets import RoundConfig, preset
-from dr_core.store import SEGMENT_PATTERN, default_store_url
+from dr_core.store.artifacts import SEGMENT_PATTERN, default_store_url
 from tasks import round as steps
 from tasks.runtime import result_storage
 

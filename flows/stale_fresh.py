@@ -5,7 +5,7 @@
 After round t, the same response sets of P(t-1) are scored by the stale generator G(t-1) and by the fresh G(t),
 with the run's frozen verifier: rubrics, verdicts, Eq. 12 scores, R_disc, R_anchor, written as stages ``stale`` and
 ``fresh`` of round t. ``dr report`` then shows the gap and R_disc of both side by side. What is scored comes from
-the store (``dr_core.stale_fresh.plan``); the steps are the round's cached tasks (tasks/round.py), so a re-run
+the store (``dr_core.runs.stale_fresh.plan``); the steps are the round's cached tasks (tasks/round.py), so a re-run
 does no model work.
 """
 
@@ -14,10 +14,10 @@ from __future__ import annotations
 from prefect import flow
 from pydantic import BaseModel, ConfigDict, Field
 
-from dr_core import report
+from dr_core.report import build as report
 from dr_core.presets import RoundConfig
-from dr_core.stale_fresh import plan
-from dr_core.store import SEGMENT_PATTERN, Store, default_store_url
+from dr_core.runs.stale_fresh import plan
+from dr_core.store.artifacts import SEGMENT_PATTERN, Store, default_store_url
 from flows.coevolve import with_models
 from flows.round import StepLog, run_step
 from tasks import round as steps

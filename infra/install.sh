@@ -29,6 +29,6 @@ echo "[install] installing the pinned CPU profile (a few minutes the first time)
 # These three break `import vllm` on CPU (see above); they must not be present even if something pulled them.
 "$venv/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e "$root"
-"$venv/bin/python" -c "import vllm, trl, prefect, duckdb, polars, s3fs, deepspeed, dr_core" >/dev/null
+"$venv/bin/python" -c "import vllm, trl, prefect, duckdb, polars, s3fs, deepspeed, dr_core, cli.main" >/dev/null
 echo "$want" > "$stamp"
 echo "[install] done: $venv"

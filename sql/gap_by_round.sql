@@ -3,7 +3,7 @@
 -- Eq. 2 with P uniform over ordered pairs: for one anchor list scored by one rubric rollout, gap = mean over
 -- pairs i < j (reference order, rank 1 = best) of S_i - S_j, S the Eq. 12 score. A response with any missing
 -- verdict is unscorable and drops out of its pairs; a list with fewer than 2 scored responses has gap NULL and
--- is counted in n_lists but not in n_scored_lists (as dr_core.scoring.mean_ordered_gap). The mean over pairs is
+-- is counted in n_lists but not in n_scored_lists (as dr_core.scoring.equations.mean_ordered_gap). The mean over pairs is
 -- computed in closed form: among the n scored responses in rank order, the k-th enters n - 2k + 1 pairs net.
 -- The rewards of rubric rollouts (n_rollouts, mean R_disc and R_anchor, n_unscorable_rewards) leave out the policy
 -- update's rows: they number its completions, with Eq. 21 advantages and no R_disc / R_anchor (training_signal).

@@ -1,6 +1,6 @@
 -- training_rewards: R_disc (Eq. 13) and R_anchor (Eq. 15) of the generator update's GRPO rollouts, step by step.
 -- grain: one row per (run_id, round, step) of the rewards table's stage 'generator' rows.
--- The training records number a rollout step * G + i (dr_core/training_records.py), G the GRPO group size
+-- The training records number a rollout step * G + i (dr_core/train/records.py), G the GRPO group size
 -- (generator.num_generations), which the store does not hold as such: it is $group_size when given, else derived
 -- per round from the round's generator checkpoint: the last step ends at rollout steps * G - 1, so
 -- G = (max(rollout) + 1) / steps, steps = checkpoints.metrics_json $.steps. With neither (no checkpoint registered,

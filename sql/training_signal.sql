@@ -1,14 +1,14 @@
 -- training_signal: did a GRPO step have a gradient? Per step of each update, the groups whose rewards do not vary.
 -- grain: one row per (run_id, round, stage, step) of the rewards table's stage 'generator' and 'policy' rows.
 -- A GRPO group is the rollouts of one prompt in one step. Rollouts are numbered rollout = step * G + i
--- (dr_core/training_records.py). Generator update: a group is (set_id, step); the reward is rewards.advantage,
+-- (dr_core/train/records.py). Generator update: a group is (set_id, step); the reward is rewards.advantage,
 -- A = A_disc + lam A_anchor (Eq. 24-25), which is what its reward function hands TRL; G is $group_size when given,
 -- else the round's generator checkpoint's metrics_json $.group_size, else derived as in training_rewards
 -- ((max(rollout) + 1) // $.steps); with none of them step is NULL and each set's rollouts form one group.
 -- Policy update: a group is a set_id (one response set per step and prompt), G its row count; the reward is the
 -- completion's Eq. 12 score (scores, target 'C', response = rollout % G). A group's reward std is the sample std
 -- (ddof 1, as TRL's nanstd) of its non-NULL rewards, NULL with fewer than 2. Zero std: std < 1e-6 or NULL
--- (dr_core.signals.ZERO_STD): every advantage of the group is 0. zero_std_share = 1: the step had no gradient.
+-- (dr_core.scoring.signals.ZERO_STD): every advantage of the group is 0. zero_std_share = 1: the step had no gradient.
 -- reward_std_mean: mean group std over the groups with a std.
 -- Columns: run_id, round, stage, step, groups, zero_std_groups, zero_std_share, reward_std_mean.
 -- param run_id VARCHAR = NULL: only this run (NULL: every run)

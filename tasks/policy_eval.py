@@ -1,5 +1,5 @@
 """Prefect task of the in-loop policy evaluation: P(t) against P(0) on a held-out prompt slice, judged pairwise in
-both orders (``dr_core.policy_eval``), one ``eval`` row per metric (benchmark ``<data>.vs-P0``, checkpoint P(t),
+both orders (``dr_core.runs.policy_eval``), one ``eval`` row per metric (benchmark ``<data>.vs-P0``, checkpoint P(t),
 verifier = the judge). Called by flows/coevolve.py after each policy update.
 
 Before any model work it writes the held-out prompts to the ``prompts`` table (dataset ``heldout-<name>``) and runs
@@ -14,13 +14,15 @@ from __future__ import annotations
 
 from prefect import task
 
-from dr_core import checkpoints, policy_eval, sql
+from dr_core.store import checkpoints
+from dr_core.runs import policy_eval
+from dr_core.store import sql
 from dr_core.config import EngineConfig
 from dr_core.model import is_bundled
 from dr_core.datasets import load
-from dr_core.pipeline import dataset_name, resolve_data
+from dr_core.runs.round_steps import dataset_name, resolve_data
 from dr_core.presets import CoevolveConfig
-from dr_core.store import Store
+from dr_core.store.artifacts import Store
 from tasks.round import MODEL_STEP
 from tasks.runtime import engine_for, model_id, write_ref
 

@@ -1,9 +1,9 @@
-"""Prefect tasks of a DynamicRubric round: each resolves artifact URIs, calls one ``dr_core.pipeline`` function,
+"""Prefect tasks of a DynamicRubric round: each resolves artifact URIs, calls one ``dr_core.runs.round_steps`` function,
 writes Parquet against the table schema, and returns artifact references and small numbers, never frames.
 
-Every task is cached by content (``tasks.policy.content_cache_key``: inputs' content hashes, model identities,
+Every task is cached by content (``tasks.options.content_cache_key``: inputs' content hashes, model identities,
 config, code version; never the run id), persists its result in the artifact store, and retries transient
-failures with backoff but never bad input (``tasks.policy.retry_on_transient``). Model steps have a timeout.
+failures with backoff but never bad input (``tasks.options.retry_on_transient``). Model steps have a timeout.
 
 Unit-test a body without Prefect through ``.fn``: ``sample.fn(cfg, prompts_ref, store, run_id, round_no, stage)``.
 """
@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from prefect import task
 
-from dr_core import pipeline
+from dr_core.runs import round_steps as pipeline
 from dr_core.presets import RoundConfig
-from dr_core.store import Store
-from tasks.policy import content_cache_key, retry_on_transient
+from dr_core.store.artifacts import Store
+from tasks.options import content_cache_key, retry_on_transient
 from tasks.runtime import engine_for, in_run, model_id, write_ref
 
 #: Shared by every step: cached by content, persisted, retried on transient failure only.
@@ -135,7 +135,7 @@ def record_run(cfg: RoundConfig, store: str, run_id: str, round_no: int, status:
     """One row in the runs table per (run, round): status, the typed config as JSON and the code version."""
     import datetime as dt
 
-    from tasks.policy import code_version
+    from tasks.options import code_version
 
     row = {"run_id": run_id, "created_at": dt.datetime.now(dt.timezone.utc), "status": status,
            "config_json": cfg.model_dump_json(), "code_version": code_version()}

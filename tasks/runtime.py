@@ -2,7 +2,7 @@
 where Prefect persists results and cache records (inside the artifact store).
 
 An artifact reference is a small dict ``{"uri", "sha256", "rows"}``: tasks pass these, never frames. The cache key
-of a downstream task uses the sha256, not the uri (tasks/policy.py).
+of a downstream task uses the sha256, not the uri (tasks/options.py).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from urllib.parse import urlparse
 from dr_core.config import EngineConfig, redact_url
 from dr_core.engines import Engine, make_engine
 from dr_core.model import is_bundled, model_identity, prepare
-from dr_core.store import Store
+from dr_core.store.artifacts import Store
 
 _POOL: dict[EngineConfig, Engine] = {}
 _EXTERNAL: set[EngineConfig] = set()
@@ -100,7 +100,7 @@ def result_storage(store_url: str):
     from prefect.filesystems import RemoteFileSystem
 
     opts = store.s3
-    # the store's own budget (dr_core.store.S3Options: timeouts, one retry loop), never its keys
+    # the store's own budget (dr_core.store.artifacts.S3Options: timeouts, one retry loop), never its keys
     settings = {"config_kwargs": {"connect_timeout": opts.connect_timeout_s, "read_timeout": opts.read_timeout_s,
                                   "retries": {"total_max_attempts": 1, "mode": "standard"}}}
     endpoint = opts.endpoint_url or getattr(store.fs, "endpoint_url", None)

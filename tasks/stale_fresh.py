@@ -1,6 +1,6 @@
 """Prefect task of the stale-versus-fresh experiment: give a round's existing response sets a new stage.
 
-The sets of P(t-1) already in the store (``dr_core.stale_fresh.plan``) are copied under stage ``stale`` or ``fresh``
+The sets of P(t-1) already in the store (``dr_core.runs.stale_fresh.plan``) are copied under stage ``stale`` or ``fresh``
 of round t, so each stage's samples, rubrics, verdicts, scores and rewards sit side by side in one partition and
 every query (``sql/case_study``, ``sql/set_gap``...) joins them like any other stage. The copy's content is the same
 on every run, so the round tasks downstream (tasks/round.py) hit their content cache on a re-run.
@@ -11,8 +11,8 @@ from __future__ import annotations
 import pyarrow as pa
 from prefect import task
 
-from dr_core.store import Store
-from tasks.policy import retry_on_transient
+from dr_core.store.artifacts import Store
+from tasks.options import retry_on_transient
 from tasks.runtime import write_ref
 
 

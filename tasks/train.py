@@ -1,6 +1,6 @@
 """Prefect tasks of the two GRPO updates of Algorithm 1: G(t-1) -> G(t) and P(t-1) -> P(t).
 
-Each task materialises its base checkpoint, trains with ``dr_core.grpo`` (TRL), writes every training rollout's
+Each task materialises its base checkpoint, trains with ``dr_core.train.grpo`` (TRL), writes every training rollout's
 rubric, verdicts and rewards/scores to the store (stage ``generator`` / ``policy``), saves the new checkpoint
 beside the store (``<store>/models/...``) and registers it in the ``checkpoints`` table with its parent.
 
@@ -20,14 +20,17 @@ from pathlib import Path
 
 from prefect import task
 
-from dr_core import checkpoints, pipeline, signals, training_records
+from dr_core.store import checkpoints
+from dr_core.runs import round_steps as pipeline
+from dr_core.scoring import signals
+from dr_core.train import records as training_records
 from dr_core.config import DEFAULT_MODEL, EngineConfig
-from dr_core.grpo import train_generator as grpo_train_generator
-from dr_core.grpo import train_policy as grpo_train_policy
+from dr_core.train.grpo import train_generator as grpo_train_generator
+from dr_core.train.grpo import train_policy as grpo_train_policy
 from dr_core.paths import cache_dir
 from dr_core.presets import CoevolveConfig
-from dr_core.store import Store
-from tasks.policy import content_cache_key, content_key, retry_on_transient
+from dr_core.store.artifacts import Store
+from tasks.options import content_cache_key, content_key, retry_on_transient
 from tasks.runtime import engine_for, model_id, write_ref
 
 TRAIN_STEP = dict(
@@ -83,7 +86,7 @@ def _finish(s: Store, result, role: str, base: dict, run_id: str, round_no: int,
             scratch: Path | None, counted: str, signal: list[dict], group_size: int) -> dict:
     """Write the update's rollout tables, save and register the new checkpoint, drop the scratch directory (None:
     keep it), return the checkpoint's reference and metrics (``counted``: the history field of rollouts without a usable reward,
-    summed over the run; ``signal``: the zero-std groups per GRPO step, ``dr_core.signals.zero_std_by_step``, kept
+    summed over the run; ``signal``: the zero-std groups per GRPO step, ``dr_core.scoring.signals.zero_std_by_step``, kept
     as ``zero_std_by_step`` with the count of ``no_gradient_steps``; ``group_size``: G, for sql/training_signal)."""
     for table, trows in tables.items():
         if trows:

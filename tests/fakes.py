@@ -1,4 +1,4 @@
-"""Helpers shared by the tests' fake engines: reading a verifier request back (dr_core.prompts.verifier_messages)."""
+"""Helpers shared by the tests' fake engines: reading a verifier request back (dr_core.rubric.prompts.verifier_messages)."""
 
 from __future__ import annotations
 

@@ -135,7 +135,7 @@ class SeaweedServer:
             return ""
 
     def create_bucket(self, name: str) -> None:
-        from dr_core.store import S3Options
+        from dr_core.store.artifacts import S3Options
 
         S3Options(endpoint_url=self.env["AWS_ENDPOINT_URL"], region=self.env.get("AWS_REGION"),
                   key=self.env["AWS_ACCESS_KEY_ID"], secret=self.env["AWS_SECRET_ACCESS_KEY"]).filesystem().mkdir(name)

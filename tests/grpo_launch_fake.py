@@ -1,4 +1,4 @@
-"""``dr_core.grpo_launch`` with scripted engines, for tests/test_grpo_deepspeed.py (run by ``accelerate launch``).
+"""``dr_core.train.launch`` with scripted engines, for tests/test_grpo_deepspeed.py (run by ``accelerate launch``).
 
 Generator: a fixed two-item rubric. Verifier: a deterministic pseudo-random yes/no per (criterion, response).
 """
@@ -6,7 +6,7 @@ Generator: a fixed two-item rubric. Verifier: a deterministic pseudo-random yes/
 import hashlib
 import sys
 
-from dr_core import grpo_launch
+from dr_core.train import launch as grpo_launch
 from dr_core.engines.base import Completion, Engine
 
 RUBRIC = '{"rubrics": [{"criterion": "is polite", "weight": 3}, {"criterion": "is short", "weight": 1}]}'

@@ -24,7 +24,7 @@ def _drop(store: Path, name: str, lines: list[str]) -> None:
 
 
 def _anchor_parts(store: Path) -> list[str]:
-    from dr_core.store import Store
+    from dr_core.store.artifacts import Store
 
     return Store.from_url(str(store)).parts("anchors")
 
@@ -37,7 +37,7 @@ def test_new_files_are_ingested_once_and_a_bad_file_changes_nothing(prefect_harn
     _drop(store, "batch1.jsonl", bundled("anchors_alpacaeval.jsonl").read_text().splitlines(keepends=True)[:6])
     first = anchor_refresh_flow(store=str(store), train=False)
     assert first["new_files"] == 1 and 0 < first["kept"] <= 6
-    from dr_core.store import Store
+    from dr_core.store.artifacts import Store
 
     con = Store.from_url(str(store)).connect()
     assert con.sql("SELECT count(DISTINCT prompt_id), count(*) FROM anchors").fetchall() == [(6, 66)]

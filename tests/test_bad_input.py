@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import pytest
 from typer.testing import CliRunner
 
-from flows.cli import app
+from cli.main import app
 
 runner = CliRunner()
 
@@ -300,15 +300,15 @@ def guarded(monkeypatch, tmp_path):
 
     # import every module that binds these names first: one imported while they are patched would keep the guard
     # for the rest of the session (``from dr_core.engines import make_engine``)
-    import dr_core.eval_runs, dr_core.grpo, dr_core.pipeline, dr_core.policy_eval, dr_core.reward_model  # noqa: E401,F401
+    import dr_core.runs.evaluate, dr_core.train.grpo, dr_core.runs.round_steps, dr_core.runs.policy_eval, dr_core.runs.reward_model  # noqa: E401,F401
     import flows.anchor_refresh, flows.coevolve, flows.round, flows.stale_fresh  # noqa: E401,F401
     import tasks.policy_eval, tasks.round, tasks.runtime, tasks.stale_fresh, tasks.train  # noqa: E401,F401
 
-    for target in ("dr_core.eval_runs.open_engines", "dr_core.policy_eval._Engines.get", "dr_core.model.prepare",
-                   "dr_core.engines.make_engine", "dr_core.reward_model.RewardModel", "flows.round.round_flow",
+    for target in ("dr_core.runs.evaluate.open_engines", "dr_core.runs.policy_eval._Engines.get", "dr_core.model.prepare",
+                   "dr_core.engines.make_engine", "dr_core.runs.reward_model.RewardModel", "flows.round.round_flow",
                    "flows.coevolve.coevolve_flow"):
         monkeypatch.setattr(target, boom)
-    import dr_core.cli as core_cli
+    import cli.app as core_cli
 
     if isinstance(getattr(core_cli, "_DEBUG", None), dict):
         monkeypatch.setitem(core_cli._DEBUG, "on", False)

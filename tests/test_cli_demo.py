@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from dr_core.demo import run_demo
+from dr_core.runs.demo import run_demo
 
 
 def test_demo_values():
@@ -16,11 +16,11 @@ def test_demo_values():
 
 
 def test_dr_demo_prints_table():
-    out = subprocess.run([sys.executable, "-m", "flows.cli", "demo"], capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-m", "cli.main", "demo"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "R_disc (Eq. 13)" in out.stdout and "0.583" in out.stdout
 
 
 def test_dr_help_lists_commands():
-    out = subprocess.run([sys.executable, "-m", "flows.cli", "--help"], capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-m", "cli.main", "--help"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "demo" in out.stdout

@@ -8,8 +8,8 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from dr_core import eval_runs
-from dr_core.cli import app
+from dr_core.runs import evaluate as eval_runs
+from cli.app import app
 from dr_core.paths import bundled
 
 runner = CliRunner()
@@ -77,7 +77,7 @@ def test_bad_engine_config(tmp_path, no_model):
 
 
 def _dr(*args, timeout=600):
-    return subprocess.run([sys.executable, "-m", "flows.cli", *args], capture_output=True, text=True, timeout=timeout)
+    return subprocess.run([sys.executable, "-m", "cli.main", *args], capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.mark.integration

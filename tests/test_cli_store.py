@@ -8,9 +8,9 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from dr_core.cli import app
+from cli.app import app
 from dr_core.paths import bundled
-from dr_core.store import Store
+from dr_core.store.artifacts import Store
 
 runner = CliRunner()
 ANCHORS = bundled("anchors_alpacaeval.jsonl")
@@ -111,7 +111,7 @@ def test_query_errors(tmp_path):
 
 def test_real_entry_point_and_dr_store_env(tmp_path):
     env = {"DR_STORE": str(tmp_path / "st"), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
-    dr_bin = [sys.executable, "-m", "flows.cli"]
+    dr_bin = [sys.executable, "-m", "cli.main"]
     out = subprocess.run([*dr_bin, "ingest", "anchors", str(ANCHORS)], capture_output=True, text=True, env=env,
                          timeout=120)
     assert out.returncode == 0, out.stderr

@@ -26,8 +26,9 @@ def micro_coevolve(test_engine_config):
 
 
 def test_one_round_trains_both_and_rerun_does_no_training(prefect_harness, micro_coevolve, tmp_path):
-    from dr_core import checkpoints, sql
-    from dr_core.store import Store
+    from dr_core.store import checkpoints
+    from dr_core.store import sql
+    from dr_core.store.artifacts import Store
     from flows.coevolve import CoevolveParams, coevolve_flow
 
     from dr_core.paths import cache_dir

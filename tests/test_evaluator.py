@@ -5,10 +5,10 @@ import json
 import numpy as np
 import pytest
 
-from dr_core import prompts
+from dr_core.rubric import prompts
 from dr_core.engines.base import PROMPT_TOO_LONG, Completion, Engine, check_request
-from dr_core.eval_runs import eval_items, evaluator_metrics, set_records, write_json_atomic
-from dr_core.evaluator import (
+from dr_core.runs.evaluate import eval_items, evaluator_metrics, set_records, write_json_atomic
+from dr_core.evaluator.evaluate import (
     Check,
     EvalItem,
     evaluate_sets,
@@ -18,7 +18,7 @@ from dr_core.evaluator import (
     shuffled_order,
     verify,
 )
-from dr_core.rubric import UNSCORABLE
+from dr_core.rubric.schema import UNSCORABLE
 from tests.fakes import verifier_check
 
 

@@ -5,10 +5,10 @@ import math
 
 import pytest
 
-from dr_core import prompts
+from dr_core.rubric import prompts
 from dr_core.config import ConfigError, EngineConfig, engine_config
 from dr_core.engines.base import PROMPT_TOO_LONG, Completion, Engine, check_request, merge_logprobs
-from dr_core.evaluator import (
+from dr_core.evaluator.evaluate import (
     CONTENT_FREE_CRITERIA,
     CONTENT_FREE_INPUTS,
     Check,
@@ -19,7 +19,7 @@ from dr_core.evaluator import (
     verify,
     yes_no_logodds,
 )
-from dr_core.rubric import UNSCORABLE
+from dr_core.rubric.schema import UNSCORABLE
 from tests.fakes import verifier_check
 
 LN = math.log
@@ -169,7 +169,7 @@ def test_content_free_checks_are_every_input_with_every_criterion():
 
 
 def test_balanced_threshold_is_the_median_log_odds_over_the_bundled_probe():
-    from dr_core.evaluator import probe_checks
+    from dr_core.evaluator.evaluate import probe_checks
 
     probe = probe_checks()
     assert len(probe) == 24

@@ -5,9 +5,9 @@ import pytest
 from dr_core.datasets import load_pairwise, load_ranked
 import json
 
-from dr_core.evaluator import Check, EvalItem, evaluate_sets, verdict_bias, verify
+from dr_core.evaluator.evaluate import Check, EvalItem, evaluate_sets, verdict_bias, verify
 from dr_core.paths import bundled
-from dr_core.rubric import UNSCORABLE
+from dr_core.rubric.schema import UNSCORABLE
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

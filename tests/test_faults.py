@@ -107,7 +107,7 @@ def _run(cmd: list[str], env: dict, timeout: float, log: Path) -> tuple[int, str
 
 def dr_round(ctx: Ctx, store: str, out: Path, *, fault: str | None = None, engines: Path | None = None,
              timeout: float = 240, **env) -> tuple[int, str, float]:
-    cmd = [sys.executable, "-m", "flows.cli", "round", "--store", store, "--run-id", RUN_ID, *ROUND_SET,
+    cmd = [sys.executable, "-m", "cli.main", "round", "--store", store, "--run-id", RUN_ID, *ROUND_SET,
            "--engines", str(engines or ctx.engines), "--json", str(out)]
     extra = dict(env)
     if fault:
@@ -122,8 +122,8 @@ def _value(v):
 
 def snapshot(store_url: str, s3=None) -> dict[str, list[tuple]]:
     """Every compared table of the store as a sorted list of rows (volatile columns left out)."""
-    from dr_core.schemas import TABLES
-    from dr_core.store import Store
+    from dr_core.store.schemas import TABLES
+    from dr_core.store.artifacts import Store
 
     st = Store.from_url(store_url, s3=s3)
     out = {}
@@ -252,7 +252,7 @@ def test_disk_full_during_a_write_leaves_nothing_partial_and_the_rerun_completes
     assert temp_files(store) == []  # the failed write removed its temp file
     assert not (store / _part("rubrics")).exists()  # no torn part either
     assert list(store.glob("rubrics/**/*.parquet")) == []
-    from dr_core.store import Store
+    from dr_core.store.artifacts import Store
 
     logged = Store.from_url(str(store)).read_table("steps").to_pylist()  # the failed execution is on record
     assert {(r["step"], r["state"]) for r in logged} >= {("sample", "Completed"), ("generate-rubrics", "Failed")}
@@ -295,7 +295,7 @@ def test_real_full_disk_on_a_tmpfs_leaves_nothing_partial(ctx, reference, case):
     _mount_tmpfs(disk, "32m")
     try:
         store, out, fault_dir = disk / "store", case / "result.json", case / "fault"
-        cmd = [sys.executable, "-m", "flows.cli", "round", "--store", str(store), "--run-id", RUN_ID, *ROUND_SET,
+        cmd = [sys.executable, "-m", "cli.main", "round", "--store", str(store), "--run-id", RUN_ID, *ROUND_SET,
                "--engines", str(ctx.engines), "--json", str(out)]
         env = ctx.env(case / "cache", DR_FAULT="pause@generate-rubrics#1", DR_FAULT_DIR=str(fault_dir))
         log = case / "full.log"
@@ -379,7 +379,7 @@ def test_s3_server_stopped_mid_round_then_restarted(ctx, reference, case):
     """A dedicated SeaweedFS: the run pauses inside verify (``pause@verify``), the server is killed there, the run
     goes on and must fail with an error naming the endpoint, not hang; the server restarts on the same data
     directory and ports, and the re-run completes with the reference's rows."""
-    from dr_core.store import S3Options
+    from dr_core.store.artifacts import S3Options
     from tests import fixtures_s3
 
     weed = _start_weed(fixtures_s3, case / "weed")
@@ -387,7 +387,7 @@ def test_s3_server_stopped_mid_round_then_restarted(ctx, reference, case):
         weed.create_bucket("dr-faults")
         store = f"s3://dr-faults/{uuid.uuid4().hex[:10]}"
         out, fault_dir = case / "result.json", case / "fault"
-        cmd = [sys.executable, "-m", "flows.cli", "round", "--store", store, "--run-id", RUN_ID, *ROUND_SET,
+        cmd = [sys.executable, "-m", "cli.main", "round", "--store", store, "--run-id", RUN_ID, *ROUND_SET,
                "--engines", str(ctx.engines), "--json", str(out)]
         env = ctx.env(case / "cache", DR_FAULT="pause@verify#1", DR_FAULT_DIR=str(fault_dir), **weed.env)
         log = case / "paused.log"
@@ -439,10 +439,10 @@ def _grpo_driver(store: str, engines: str, tiny: str, out: str) -> None:
     """One policy update P(0) -> P(1) through the real task body (tasks/train.py::train_policy): the tiny Llama as
     P(0) and G(1) (G(1)'s engine is the scripted server anyway), 3 prompts, K=2, 3 GRPO steps, a checkpoint after
     every step. Writes the task's result to ``out``."""
-    from dr_core import checkpoints
+    from dr_core.store import checkpoints
     from dr_core.config import load_engines_config
     from dr_core.presets import coevolve_preset
-    from dr_core.store import Store
+    from dr_core.store.artifacts import Store
     from tasks import train
     from tasks.runtime import write_ref
 
@@ -524,7 +524,7 @@ def test_sigkill_between_grpo_checkpoints_resumes_from_the_last_one(ctx, case, t
     assert rc == -signal.SIGKILL, f"expected death by SIGKILL, got {rc}:\n{text[-3000:]}"
     assert not (d / "result.json").exists()
     (scratch,) = (d / "cache" / "train" / "policy").iterdir()
-    from dr_core.grpo import last_checkpoint
+    from dr_core.train.grpo import last_checkpoint
 
     assert last_checkpoint(scratch / "checkpoints").name == "checkpoint-1"
     assert not (scratch / "final").exists()

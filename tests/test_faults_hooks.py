@@ -85,7 +85,7 @@ def test_kill_is_sigkill_of_the_process(tmp_path):
 
 
 def test_grpo_jsonl_tolerates_a_torn_last_line(tmp_path):
-    from dr_core.grpo import _read_jsonl
+    from dr_core.train.grpo import _read_jsonl
 
     path = tmp_path / "records.jsonl"
     path.write_text(json.dumps({"step": 0}) + "\n" + json.dumps({"step": 1}) + "\n" + '{"step": 2, "te')

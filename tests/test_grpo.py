@@ -12,9 +12,9 @@ import json
 import numpy as np
 import pytest
 
-from dr_core import grpo
+from dr_core.train import grpo
 from dr_core.engines.base import Completion, Engine, check_request
-from dr_core.grpo import (
+from dr_core.train.grpo import (
     GeneratorReward,
     GeneratorRow,
     GroupSplitError,
@@ -25,8 +25,8 @@ from dr_core.grpo import (
     check_whole_groups,
 )
 from dr_core.model import COMPLETE_MARKER
-from dr_core.rubric import Rubric, RubricItem
-from dr_core.scoring import anchor_reward, combined_advantages, discriminability_reward, group_advantages, rubric_scores
+from dr_core.rubric.schema import Rubric, RubricItem
+from dr_core.scoring.equations import anchor_reward, combined_advantages, discriminability_reward, group_advantages, rubric_scores
 from tests.fakes import verifier_check
 
 
@@ -299,7 +299,7 @@ def test_resume_checkpoints_kept_on_request(tiny_llama_dir, tmp_path):
 
 
 def test_launch_reads_rows_and_names_a_missing_field(tmp_path):
-    from dr_core.grpo_launch import load_rows, parse_args
+    from dr_core.train.launch import load_rows, parse_args
 
     gen = tmp_path / "gen.jsonl"
     gen.write_text(json.dumps({"group_id": 3, "prompt": "x", "candidates": ["a", "b"], "anchors": ["c", "d"]}) + "\n")
@@ -316,7 +316,7 @@ def test_importing_the_glue_loads_no_torch():
     import subprocess
     import sys
 
-    code = "import sys, dr_core.grpo, dr_core.grpo_launch; print(any(m in sys.modules for m in ('torch', 'trl')))"
+    code = "import sys, dr_core.train.grpo, dr_core.train.launch; print(any(m in sys.modules for m in ('torch', 'trl')))"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
 
 

@@ -1,5 +1,5 @@
 """The scale-out path on CPU: `accelerate launch` with infra/accelerate/zero2.yaml (DeepSpeed ZeRO-2, gloo), two
-processes, two GRPO policy steps of a tiny random Llama through ``dr_core.grpo_launch`` with scripted engines.
+processes, two GRPO policy steps of a tiny random Llama through ``dr_core.train.launch`` with scripted engines.
 
 The first run compiles DeepSpeed's shared-memory comm op into the project cache (TORCH_EXTENSIONS_DIR), which can
 take a few minutes; later runs take about 20 s.
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from dr_core.grpo import is_complete
-from dr_core.grpo_launch import extensions_dir
+from dr_core.train.grpo import is_complete
+from dr_core.train.launch import extensions_dir
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[1]

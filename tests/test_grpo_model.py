@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from dr_core import grpo
-from dr_core.grpo import GeneratorRow, GRPOSettings, PolicyRow
+from dr_core.train import grpo
+from dr_core.train.grpo import GeneratorRow, GRPOSettings, PolicyRow
 from dr_core.model import COMPLETE_MARKER
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

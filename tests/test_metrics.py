@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dr_core.metrics import avg_at_k, is_strict_top1, listwise_top1_accuracy, ndcg, pairwise_accuracy
+from dr_core.scoring.metrics import avg_at_k, is_strict_top1, listwise_top1_accuracy, ndcg, pairwise_accuracy
 from tests.reference import ndcg_by_permutations
 
 

@@ -178,7 +178,7 @@ def test_a_tampered_real_part_is_refused_by_dr_model_prepare(tmp_path):
         fh.seek(1_000_000)
         fh.write(bytes([byte[0] ^ 0xFF]))
     env = dict(os.environ, DR_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=str(tmp_path / "site"))
-    res = subprocess.run([sys.executable, "-m", "flows.cli", "model", "prepare", QWEN], capture_output=True,
+    res = subprocess.run([sys.executable, "-m", "cli.main", "model", "prepare", QWEN], capture_output=True,
                          text=True, env=env, timeout=300)
     assert res.returncode == 2, res.stderr
     err = " ".join(res.stderr.split())
@@ -188,7 +188,7 @@ def test_a_tampered_real_part_is_refused_by_dr_model_prepare(tmp_path):
 
 def test_dr_model_list_shows_every_bundled_model(tmp_path):
     env = dict(os.environ, DR_CACHE_DIR=str(tmp_path), COLUMNS="200")
-    res = subprocess.run([sys.executable, "-m", "flows.cli", "model", "list"], capture_output=True, text=True,
+    res = subprocess.run([sys.executable, "-m", "cli.main", "model", "list"], capture_output=True, text=True,
                          env=env, timeout=120)
     assert res.returncode == 0, res.stderr
     for m in M.BUNDLED.values():
@@ -198,6 +198,6 @@ def test_dr_model_list_shows_every_bundled_model(tmp_path):
 
 def test_dr_model_prepare_unknown_name_is_a_clear_error(tmp_path):
     env = dict(os.environ, DR_CACHE_DIR=str(tmp_path))
-    res = subprocess.run([sys.executable, "-m", "flows.cli", "model", "prepare", "llama-70b"],
+    res = subprocess.run([sys.executable, "-m", "cli.main", "model", "prepare", "llama-70b"],
                          capture_output=True, text=True, env=env, timeout=120)
     assert res.returncode == 2 and "unknown bundled model 'llama-70b'" in res.stderr

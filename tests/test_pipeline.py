@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from dr_core import pipeline
+from dr_core.runs import round_steps as pipeline
 from dr_core.engines.base import Completion, Engine
 from dr_core.presets import preset
 from tests.fakes import verifier_check

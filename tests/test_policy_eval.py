@@ -10,12 +10,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from dr_core import policy_eval as pe
-from dr_core.cli import app
+from dr_core.runs import policy_eval as pe
+from cli.app import app
 from dr_core.config import ConfigError
 from dr_core.datasets import PromptRow
 from dr_core.engines import PROMPT_TOO_LONG, Completion, Engine
-from dr_core.schemas import conform
+from dr_core.store.schemas import conform
 
 verdict = st.sampled_from(["A", "B", None])
 
@@ -177,7 +177,7 @@ def test_engine_spec_words(tmp_path):
 # -- the in-loop task refuses an overlapping held-out slice (the audit's own tests: test_policy_eval_sql.py) --
 def test_the_in_loop_task_refuses_an_overlapping_heldout_slice_before_model_work(tmp_path):
     from dr_core.presets import coevolve_preset
-    from dr_core.store import Store
+    from dr_core.store.artifacts import Store
     from tasks.policy_eval import evaluate_policy
 
     anchors = [json.loads(x) for x in open(_bundled("anchors_alpacaeval.jsonl"))][:2]

@@ -7,7 +7,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from dr_core.cli import app
+from cli.app import app
 from dr_core.paths import bundled
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -49,10 +49,10 @@ def test_eval_policy_verifiable_math(default_model_dir, tmp_path):
 
 def test_in_loop_task_writes_win_rate_rows(test_engine_config, tmp_path):
     """P(0) against itself: greedy answers are identical, so a judge that is consistent at all can only tie."""
-    from dr_core import sql
+    from dr_core.store import sql
     from dr_core.config import EnginesConfig
     from dr_core.presets import coevolve_preset
-    from dr_core.store import Store
+    from dr_core.store.artifacts import Store
     from tasks.policy_eval import evaluate_policy
     from tasks.train import default_ref
 

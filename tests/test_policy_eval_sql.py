@@ -3,8 +3,8 @@ prompts must never be anchor prompts or prompts the policy was trained on."""
 
 import duckdb
 
-from dr_core import sql
-from dr_core.schemas import TABLES, conform
+from dr_core.store import sql
+from dr_core.store.schemas import TABLES, conform
 
 
 def _con(**tables):

@@ -2,8 +2,8 @@
 
 import os
 
-import dr_core.prompts as P
-from dr_core.rubric import MAX_CRITERION_CHARS, MAX_ITEMS, Rubric, parse_rubric
+import dr_core.rubric.prompts as P
+from dr_core.rubric.schema import MAX_CRITERION_CHARS, MAX_ITEMS, Rubric, parse_rubric
 
 
 def _text(messages):

@@ -14,12 +14,12 @@ from html.parser import HTMLParser
 import pytest
 from typer.testing import CliRunner
 
-from dr_core import report
+from dr_core.report import build as report
 from dr_core.config import DEFAULT_MODEL
-from dr_core.schemas import TABLES
-from dr_core.stale_fresh import plan
-from dr_core.store import Store
-from dr_core.svg import bar_chart, line_chart
+from dr_core.store.schemas import TABLES
+from dr_core.runs.stale_fresh import plan
+from dr_core.store.artifacts import Store
+from dr_core.report.svg import bar_chart, line_chart
 
 SECTIONS = ["signal", "gap", "training", "policy-training", "saturation", "accuracy", "win-rate", "stale-fresh",
             "examples", "cost"]
@@ -252,7 +252,7 @@ def test_report_with_varied_rewards_has_no_no_gradient_warning(tmp_path):
 
 
 def test_dr_report_cli(tmp_path):
-    from flows.cli import app
+    from cli.main import app
 
     s = _store(tmp_path)
     res = CliRunner().invoke(app, ["report", "--store", s.url, "--run-id", "demo", "--out", str(tmp_path / "o")])
@@ -339,7 +339,7 @@ def test_report_shows_policy_win_rate_per_round(tmp_path):
 
 
 def test_run_warnings_name_a_judge_that_always_picks_the_first_answer():
-    from dr_core.report import run_warnings
+    from dr_core.report.build import run_warnings
 
     summary = [{"round": 1, "metric": "judge_position_a_rate", "mean": 1.0},
                {"round": 1, "metric": "win_rate", "mean": 0.5}]
@@ -356,7 +356,7 @@ def test_dr_report_names_failed_queries_and_refuses_when_all_fail(tmp_path):
     import pyarrow.parquet as pq
     from typer.testing import CliRunner
 
-    from flows.cli import app
+    from cli.main import app
 
     store = _store(tmp_path)
     part = store._path(store.parts("verdicts")[0])

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from dr_core import sql
+from dr_core.store import sql
 from tests.test_sql import RUN, _con, _rubric, _verdicts
 
 
@@ -218,7 +218,7 @@ def test_training_signal_policy_groups_are_sets_scored_by_eq_12():
 
 def test_training_signal_matches_dr_core_on_the_training_records():
     """The rows RolloutSink writes, through the query, give what tasks/train.py reports (signals.zero_std_by_step)."""
-    from dr_core.training_records import RolloutSink
+    from dr_core.train.records import RolloutSink
     from tests.test_signals import policy_records
 
     rng = np.random.default_rng(5)

@@ -7,9 +7,9 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from dr_core import prompts
-from dr_core.cli import app
-from dr_core.reward_model import RewardModel, RewardModelError, score_items, score_metrics
+from dr_core.rubric import prompts
+from cli.app import app
+from dr_core.runs.reward_model import RewardModel, RewardModelError, score_items, score_metrics
 
 pytestmark = pytest.mark.integration
 
@@ -34,7 +34,7 @@ def tiny_rm(default_model_dir, tmp_path_factory):
 
 
 def test_scores_one_float_per_candidate_and_the_set_changes_the_input(tiny_rm):
-    from dr_core.evaluator import EvalItem
+    from dr_core.evaluator.evaluate import EvalItem
 
     rm = RewardModel(tiny_rm, batch_size=2)
     items = [EvalItem("Say hi.", ("Hi!", "Go away.")), EvalItem("2+2?", ("4", "5", "four, since 2+2=4"))]

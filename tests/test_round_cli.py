@@ -25,7 +25,7 @@ SMALL = ["--set", "n_prompts=2", "--set", "k=2", "--set", "n_anchor=3", "--set",
 
 
 def _dr_round(store: Path, run_id: str, out: Path, env=None, **popen):
-    cmd = [sys.executable, "-m", "flows.cli", "round", "--store", str(store), "--run-id", run_id, *SMALL,
+    cmd = [sys.executable, "-m", "cli.main", "round", "--store", str(store), "--run-id", run_id, *SMALL,
            "--json", str(out)]
     return subprocess.Popen(cmd, env={**os.environ, **(env or {})}, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, **popen)
@@ -53,7 +53,7 @@ def killed_then_resumed(tmp_path_factory, default_model_dir):
 
 
 def test_killed_run_resumes_without_redoing_finished_steps(killed_then_resumed):
-    from dr_core.store import Store
+    from dr_core.store.artifacts import Store
 
     store, result = killed_then_resumed
     steps = result["steps"]

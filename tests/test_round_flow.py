@@ -17,7 +17,7 @@ def _run(cfg, store, run_id, run_eval=True):
 
 
 def _count(store_url, table, run_id):
-    from dr_core.store import Store
+    from dr_core.store.artifacts import Store
 
     return Store.from_url(store_url).read_table(table, run_id=run_id, round=1).num_rows
 
@@ -42,14 +42,14 @@ def test_round_fills_tables_and_rerun_is_served_from_cache(prefect_harness, micr
     other = _run(micro_round, store, "r2")  # same inputs, another run id: no model work, its own partition
     assert all(other["steps"][name]["state"] == "Cached" for name in MODEL_STEPS)
     assert _count(store, "samples", "r2") == 4 and _count(store, "verdicts", "r2") == s["verdicts"]
-    from dr_core.store import Store
+    from dr_core.store.artifacts import Store
 
     con = Store.from_url(store).connect()
     assert con.sql("SELECT count(DISTINCT run_id) FROM samples").fetchall() == [(2,)]
     # one runs row per (run, round): the re-run of r1 replaced its row
     assert con.sql("SELECT count(*) FROM runs WHERE status = 'round-complete'").fetchall() == [(2,)]
     # the steps table keeps both executions of r1: the first ran every model step, the re-run none
-    from dr_core import sql
+    from dr_core.store import sql
 
     ex = {}
     for r in sql.run(con, "step_times", {"run_id": "r1"}).to_pylist():
@@ -64,7 +64,7 @@ def test_round_fills_tables_and_rerun_is_served_from_cache(prefect_harness, micr
 
 
 def test_transient_failure_is_retried_and_bad_input_is_not(prefect_harness, micro_round, tmp_path, monkeypatch):
-    import dr_core.pipeline as pipeline
+    import dr_core.runs.round_steps as pipeline
     from dr_core.datasets import DataError
 
     real = pipeline.sample_sets
@@ -92,10 +92,10 @@ def test_transient_failure_is_retried_and_bad_input_is_not(prefect_harness, micr
         _run(micro_round, str(tmp_path / "b"), "bad", run_eval=False)
     assert len(bad) == 1  # no retry on bad input
     # the failed step is recorded in the store with the steps before it
-    from dr_core.store import Store
+    from dr_core.store.artifacts import Store
 
     states = dict(Store.from_url(str(tmp_path / "b")).connect().sql("SELECT step, state FROM steps").fetchall())
     assert states == {"select-inputs": "Completed", "sample": "Failed"}
-    from dr_core.store import Store
+    from dr_core.store.artifacts import Store
 
     assert Store.from_url(str(tmp_path / "b")).parts("samples") == []  # nothing half-written

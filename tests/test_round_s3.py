@@ -11,7 +11,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def test_round_on_s3_store_and_cached_rerun(prefect_harness, micro_round, s3_server, monkeypatch):
-    from dr_core.store import Store
+    from dr_core.store.artifacts import Store
     from flows.round import RoundParams, round_flow
 
     for k, v in s3_server.env.items():

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from dr_core.rubric import (
+from dr_core.rubric.schema import (
     MAX_CRITERION_CHARS,
     MAX_ITEMS,
     RUBRIC_JSON_SCHEMA,

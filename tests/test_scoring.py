@@ -5,8 +5,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dr_core.rubric import UNSCORABLE
-from dr_core.scoring import (
+from dr_core.rubric.schema import UNSCORABLE
+from dr_core.scoring.equations import (
     anchor_reward,
     combined_advantages,
     discriminability_reward,

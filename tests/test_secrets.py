@@ -108,7 +108,7 @@ def test_validation_errors_do_not_echo_the_input():
 
 
 def test_cache_key_and_model_id_ignore_the_secret():
-    from tasks.policy import _canonical, content_cache_key
+    from tasks.options import _canonical, content_cache_key
     from tasks.runtime import model_id
 
     ctx = SimpleNamespace(task=SimpleNamespace(name="verify"))
@@ -200,7 +200,7 @@ class SecretParams(BaseModel):
 def _prefect_flow():
     from prefect import flow, task
 
-    from tasks.policy import content_cache_key
+    from tasks.options import content_cache_key
     from tasks.runtime import engine_for
 
     @task(name="secret-ask", cache_key_fn=content_cache_key, persist_result=True)

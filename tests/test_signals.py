@@ -1,4 +1,4 @@
-"""Degenerate-signal figures and warnings (dr_core.signals): zero-std GRPO groups per step, the verifier's yes-rate,
+"""Degenerate-signal figures and warnings (dr_core.scoring.signals): zero-std GRPO groups per step, the verifier's yes-rate,
 constant-score sets, every warning branch at its boundaries; the round summary's signal numbers; the training
 records' policy rewards rows; the coevolve summary's warnings (flow helper and CLI table). No model, no Prefect run."""
 
@@ -8,11 +8,12 @@ import statistics
 
 import pytest
 
-from dr_core import pipeline, signals
-from dr_core.signals import (CONSTANT_SCORE_WARN, MOSTLY_ZERO_STD, YES_RATE_HIGH, YES_RATE_LOW, ZERO_STD,
+from dr_core.runs import round_steps as pipeline
+from dr_core.scoring import signals
+from dr_core.scoring.signals import (CONSTANT_SCORE_WARN, MOSTLY_ZERO_STD, YES_RATE_HIGH, YES_RATE_LOW, ZERO_STD,
                              constant_score_share, group_std, no_gradient_steps, signal_warnings, yes_rate,
                              zero_std_by_step)
-from dr_core.training_records import RolloutSink
+from dr_core.train.records import RolloutSink
 
 
 def _step(step, groups, zero, std=0.1):
@@ -156,7 +157,7 @@ def test_summary_carries_yes_rate_and_constant_score_share():
 
 # -- training records: the policy update's rewards rows ---------------------------------------------------------------
 def policy_records(scores_by_step: dict[int, list[list[float | None]]]) -> list[dict]:
-    """Policy rollout records (dr_core.grpo shape): scores_by_step[step][group] = the K completions' scores."""
+    """Policy rollout records (dr_core.train.grpo shape): scores_by_step[step][group] = the K completions' scores."""
     return [{"group_id": g, "prompt_id": f"p{g}", "rollout": r, "step": step, "text": f"y{step}.{g}.{r}",
              "rubric_text": "", "rubric_items": [("c", 1)], "rubric_error": None,
              "verdicts": [None if sc is None else int(sc > 0.5)], "score": sc}
@@ -197,8 +198,8 @@ def _coevolve_result(policy_steps, yes):
 
 
 def test_coevolve_warnings_and_cli_rows(monkeypatch):
-    from dr_core.cli import console
-    from flows.cli import _print_coevolve
+    from cli.app import console
+    from cli.main import _print_coevolve
 
     monkeypatch.setattr(console, "_width", 220)  # one line per table row and per warning
 
@@ -223,7 +224,7 @@ def test_coevolve_warnings_and_cli_rows(monkeypatch):
 
 
 def test_signal_checks_pass_fail_and_missing():
-    from dr_core.signals import signal_checks
+    from dr_core.scoring.signals import signal_checks
 
     def steps(*zero_of_groups):
         return [{"step": i, "groups": g, "zero_std_groups": z, "zero_std_share": z / g}
@@ -244,7 +245,7 @@ def test_signal_checks_pass_fail_and_missing():
 
 
 def test_a_judge_that_always_picks_one_position_is_flagged():
-    from dr_core.signals import judge_position_warning, signal_warnings
+    from dr_core.scoring.signals import judge_position_warning, signal_warnings
 
     assert judge_position_warning(1, 0.5) is None and judge_position_warning(1, None) is None
     assert judge_position_warning(1, 0.94) is None and judge_position_warning(1, 0.06) is None

@@ -7,9 +7,9 @@ import duckdb
 import numpy as np
 import pytest
 
-from dr_core import sql
-from dr_core.schemas import TABLES, conform
-from dr_core.scoring import discriminability_reward, mean_ordered_gap, rubric_scores
+from dr_core.store import sql
+from dr_core.store.schemas import TABLES, conform
+from dr_core.scoring.equations import discriminability_reward, mean_ordered_gap, rubric_scores
 
 RUN = dict(run_id="r1", round=0, stage="generator")
 

@@ -14,9 +14,9 @@ import duckdb
 import pytest
 from typer.testing import CliRunner
 
-from flows.cli import app  # the installed entry point: every command, report included
+from cli.main import app  # the installed entry point: every command, report included
 from dr_core.paths import bundled
-from dr_core.store import Store
+from dr_core.store.artifacts import Store
 
 runner = CliRunner()
 ANCHORS = bundled("anchors_alpacaeval.jsonl")

@@ -14,9 +14,10 @@ MODEL_STEPS = ["generate-rubrics", "verify"]
 
 @pytest.fixture()
 def run_store(tmp_path, micro_round, default_model_dir, vllm_engine):
-    from dr_core import checkpoints, pipeline
+    from dr_core.store import checkpoints
+    from dr_core.runs import round_steps as pipeline
     from dr_core.config import DEFAULT_MODEL
-    from dr_core.store import Store
+    from dr_core.store.artifacts import Store
     from flows.coevolve import with_models
     from tasks.runtime import adopt_engine
 
@@ -42,7 +43,7 @@ def run_store(tmp_path, micro_round, default_model_dir, vllm_engine):
 
 
 def test_stale_and_fresh_score_the_same_sets(prefect_harness, micro_round, run_store, tmp_path):
-    from dr_core import report
+    from dr_core.report import build as report
     from flows.stale_fresh import StaleFreshParams, stale_fresh_flow
 
     params = StaleFreshParams(store=run_store.url, run_id="sf", config=micro_round)

@@ -6,8 +6,8 @@ import os
 import pyarrow as pa
 import pytest
 
-from dr_core import schemas
-from dr_core.store import S3Options, Store, StoreError
+from dr_core.store import schemas
+from dr_core.store.artifacts import S3Options, Store, StoreError
 
 
 def _verdicts(n=4, verdict=True):

@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from dr_core import atomic
+from dr_core.store import atomic
 from dr_core.paths import bundled
-from dr_core.store import Store
-from flows.cli import app
+from dr_core.store.artifacts import Store
+from cli.main import app
 
 runner = CliRunner()
 ANCHORS = bundled("anchors_alpacaeval.jsonl")
@@ -157,15 +157,15 @@ def test_typod_bucket_stops_round_before_any_model_work(real_s3, monkeypatch):
 # -- output paths: checked before any model work ------------------------------------------------------------------
 @pytest.fixture
 def no_model_work(monkeypatch):
-    import dr_core.eval_runs
-    import dr_core.policy_eval
+    import dr_core.runs.evaluate
+    import dr_core.runs.policy_eval
 
     def started(*a, **k):
         raise AssertionError("model work started before the output path was checked")
 
-    monkeypatch.setattr(dr_core.eval_runs, "run_score", started)
-    monkeypatch.setattr(dr_core.eval_runs, "run_eval_evaluator", started)
-    monkeypatch.setattr(dr_core.policy_eval, "run_eval_policy", started)
+    monkeypatch.setattr(dr_core.runs.evaluate, "run_score", started)
+    monkeypatch.setattr(dr_core.runs.evaluate, "run_eval_evaluator", started)
+    monkeypatch.setattr(dr_core.runs.policy_eval, "run_eval_policy", started)
 
 
 def _sets(tmp_path) -> Path:
@@ -247,8 +247,8 @@ def test_dead_writers_temp_files_are_swept_and_live_ones_kept(tmp_path):
 def test_sigterm_during_a_store_write_leaves_no_temp_file(tmp_path):
     """`dr` turns SIGTERM into SystemExit, so the write's cleanup runs; the fault hook pauses it half-way."""
     code = (
-        "import sys; from dr_core.cli import install_signal_handlers; install_signal_handlers()\n"
-        "from dr_core.store import Store\n"
+        "import sys; from cli.app import install_signal_handlers; install_signal_handlers()\n"
+        "from dr_core.store.artifacts import Store\n"
         "rows = [dict(prompt_id=f'p{i}', prompt='x' * 200, rank=1, response='r' * 500, source='s', score=None)"
         " for i in range(5000)]\n"
         f"Store.from_url({str(tmp_path / 'st')!r}).write('anchors', rows, dataset='d')\n"

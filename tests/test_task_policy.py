@@ -5,7 +5,7 @@ from types import SimpleNamespace
 import pytest
 
 from dr_core.datasets import DataError
-from tasks.policy import code_version, content_cache_key, is_transient
+from tasks.options import code_version, content_cache_key, is_transient
 
 
 def ctx(name="sample"):

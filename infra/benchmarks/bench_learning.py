@@ -8,7 +8,7 @@ procedure (default: qwen2.5-coder-0.5b-instruct, plain prompt, balanced verdicts
    ``sql/split_overlap.sql`` must return no rows (same text or id in both): the script stops otherwise.
 2. P(0) (SmolLM2-135M) samples C, K responses per prompt, once (seed 0); ``--n-anchor`` anchors per prompt spread
    over the ranking (best and worst always in).
-3. Per seed: G(0) -> G(S), ``--steps`` GRPO steps of the generator update (dr_core.grpo.train_generator: R_disc +
+3. Per seed: G(0) -> G(S), ``--steps`` GRPO steps of the generator update (dr_core.train.grpo.train_generator: R_disc +
    R_anchor at the advantage level, Eq. 24-25) on the training prompts, against the frozen verifier.
 4. G(0) and G(S) are measured on the held-out prompts in the format they are trained in (the 'lines' rollout
    prompt and primer, sampled at the rollout temperature, ``--eval-rubrics`` rubrics per prompt, scored by the
@@ -16,7 +16,7 @@ procedure (default: qwen2.5-coder-0.5b-instruct, plain prompt, balanced verdicts
    (answered alike on every response of C), tie rate on anchor pairs (equal Eq. 12 scores), strict anchor-order
    accuracy (share of anchor pairs i better than j with S_i > S_j strictly), and the unparseable share. Means with
    95 % percentile-bootstrap CIs over prompts, per seed, and of the per-prompt difference G(S) - G(0).
-5. One policy update with G(S) of the first seed (dr_core.grpo.train_policy: each rollout's Eq. 12 score under
+5. One policy update with G(S) of the first seed (dr_core.train.grpo.train_policy: each rollout's Eq. 12 score under
    G(S)'s rubric): the reward std per group and step, then the win rate of P(1) against P(0) on held-out
    Arena-Hard prompts (pairwise, both orders, the verifier model as judge), with its CI.
 
@@ -42,10 +42,11 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import numpy as np  # noqa: E402
 
-from dr_core import prompts, sql  # noqa: E402
+from dr_core.rubric import prompts
+from dr_core.store import sql
 from dr_core.config import engine_config  # noqa: E402
 from dr_core.datasets import load  # noqa: E402
-from dr_core.grpo import (  # noqa: E402
+from dr_core.train.grpo import (  # noqa: E402
     GeneratorReward,
     GeneratorRow,
     GRPOSettings,
@@ -55,9 +56,9 @@ from dr_core.grpo import (  # noqa: E402
     train_policy,
 )
 from dr_core.paths import bundled, cache_dir  # noqa: E402
-from dr_core.pipeline import spread_ranks  # noqa: E402
-from dr_core.policy_eval import bootstrap_ci, evaluate_pairwise  # noqa: E402
-from dr_core.store import Store  # noqa: E402
+from dr_core.runs.round_steps import spread_ranks  # noqa: E402
+from dr_core.runs.policy_eval import bootstrap_ci, evaluate_pairwise  # noqa: E402
+from dr_core.store.artifacts import Store  # noqa: E402
 
 METRICS = ("r_disc", "saturated_items", "anchor_tie_rate", "anchor_strict_accuracy", "unparseable")
 

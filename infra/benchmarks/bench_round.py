@@ -20,7 +20,7 @@ from pathlib import Path
 
 def run(store: Path, preset: str, out: Path, extra: list[str]) -> tuple[float, dict]:
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "flows.cli", "round", "--preset", preset, "--store", str(store),
+    proc = subprocess.run([sys.executable, "-m", "cli.main", "round", "--preset", preset, "--store", str(store),
                            "--run-id", "bench", "--json", str(out), *extra], capture_output=True, text=True)
     wall = time.perf_counter() - start
     if proc.returncode != 0:

@@ -25,8 +25,8 @@ import pyarrow as pa
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from dr_core import sql  # noqa: E402
-from dr_core.store import Store  # noqa: E402
+from dr_core.store import sql
+from dr_core.store.artifacts import Store  # noqa: E402
 
 K_POLICY, N_ANCHOR = 8, 11
 
@@ -135,7 +135,7 @@ def main() -> None:
         if args.backend in ("local", "both"):
             results["local"] = bench(Store.from_url(f"{tmp}/store"), args)
         if args.backend in ("s3", "both"):
-            from dr_core.store import S3Options
+            from dr_core.store.artifacts import S3Options
             from tests.fixtures_s3 import SeaweedServer
 
             server = SeaweedServer.start(Path(tmp) / "weed")

@@ -21,9 +21,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from dr_core import prompts  # noqa: E402
+from dr_core.rubric import prompts
 from dr_core.config import EngineConfig  # noqa: E402
-from dr_core.evaluator import (  # noqa: E402
+from dr_core.evaluator.evaluate import (  # noqa: E402
     VERDICT_LOGPROBS,
     Check,
     _first_logodds,

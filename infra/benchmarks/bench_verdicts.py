@@ -36,9 +36,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from dr_core.config import engine_config  # noqa: E402
 from dr_core.datasets import load  # noqa: E402
-from dr_core.evaluator import Check, EvalItem, generate_rubrics, verify  # noqa: E402
+from dr_core.evaluator.evaluate import Check, EvalItem, generate_rubrics, verify  # noqa: E402
 from dr_core.paths import REPO_DIR, bundled  # noqa: E402
-from dr_core.scoring import rubric_scores  # noqa: E402
+from dr_core.scoring.equations import rubric_scores  # noqa: E402
 
 SHARED = REPO_DIR.parent / "shared" / "data"
 DEFAULT_PAIRS = [f"{SHARED / 'eval' / 'hh_harmless_pairs.jsonl'}:40:10",
@@ -65,7 +65,7 @@ def load_pairs(specs: list[str]) -> list[tuple[str, str, str, str]]:
 def store_sets(url: str, run_id: str) -> list[dict]:
     """The measure-stage sets of a finished run (``dr coevolve``): prompt, C, the anchors it was scored on, and each
     rubric's items, read back from the store, so a procedure can be tried on the very sets the main job scores."""
-    from dr_core.store import Store
+    from dr_core.store.artifacts import Store
 
     con = Store.from_url(url).connect()
     q = lambda text: con.sql(text).fetchall()  # noqa: E731
@@ -94,7 +94,7 @@ def store_sets(url: str, run_id: str) -> list[dict]:
 
 def set_metrics(sets: list[dict], verdicts: list[int | None]) -> dict:
     """Yes-rate over every check of the sets, share of sets whose Eq. 12 scores on C are all equal, mean R_disc."""
-    from dr_core.scoring import discriminability_reward
+    from dr_core.scoring.equations import discriminability_reward
 
     it = iter(verdicts)
     constant, r_disc = 0, []

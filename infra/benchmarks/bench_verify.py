@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from dr_core import prompts  # noqa: E402
+from dr_core.rubric import prompts
 from dr_core.config import EngineConfig  # noqa: E402
 from dr_core.datasets import load_ranked  # noqa: E402
 from dr_core.paths import bundled  # noqa: E402

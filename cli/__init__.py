@@ -1,0 +1,1 @@
+"""The ``dr`` command line (typer and rich live here only). Nothing imports this package."""

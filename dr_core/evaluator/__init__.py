@@ -1,0 +1,1 @@
+"""The DynamicRubric evaluator on a real model: generate rubrics, verify, calibrate, score sets."""

@@ -1,0 +1,384 @@
+"""Policy evaluation (paper section 4.3, appendix C.2, F.2): does the policy answer better than a baseline?
+
+Pairwise, judged: the policy answers each prompt (greedy); the baseline's answer is another checkpoint's or a fixed
+answer from the data file (Arena-Hard's GPT-4-0314 answers). A pairwise judge, any engine, picks the better answer
+by structured choice ("A"/"B") in BOTH orders, so a judge that always picks one position gives a tie, not a win:
+
+    outcome = 1    the policy wins in both orders
+              0    the baseline wins in both orders
+              0.5  split verdict (a tie, counted half)
+              None a verdict is missing (cut or refused judge output, a prompt too long): unscorable, counted
+
+win rate = mean outcome over scorable prompts; tie rate = share of 0.5; a 95% percentile bootstrap interval over
+prompts; mean answer lengths (characters; tokens where an engine produced the answer).
+
+Verifiable tasks (section 5.2, appendix C.3): the policy answers {"prompt","answer"} prompts and
+``dr_core.evaluator.answers`` checks each final answer (exact, numeric, math via Math-Verify): accuracy, and the baseline
+checkpoint's when given.
+
+    dr eval-policy --policy default --data dr_core/data/policy_eval_arenahard.jsonl --judge default --limit 4 \\
+        --output metrics.json
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from dr_core.evaluator import answers
+from dr_core.rubric import prompts
+from dr_core.config import DEFAULT_MODEL, EngineConfig, engine_config
+from dr_core.datasets import DataError, PromptRow, VerifiableRow, load
+from dr_core.engines import PROMPT_TOO_LONG, Completion, Engine
+
+Log = Callable[[str], None]
+#: Bootstrap resamples and confidence level of the win-rate interval.
+N_BOOT = 2000
+CI_LEVEL = 0.95
+
+
+def _quiet(_msg: str) -> None:
+    pass
+
+
+# -- the math: pure ---------------------------------------------------------------------------------------------------
+def pair_outcome(policy_as_a: str | None, policy_as_b: str | None) -> float | None:
+    """The policy's result on one prompt from the judge's two verdicts.
+
+    policy_as_a: the judge's choice ("A"/"B") when the policy's answer was shown as A; policy_as_b: when it was B.
+    Returns 1.0 (policy better in both orders), 0.0 (baseline better in both), 0.5 (split: a tie), None (a verdict
+    is missing: unscorable).
+    """
+    if policy_as_a not in prompts.JUDGE_CHOICES or policy_as_b not in prompts.JUDGE_CHOICES:
+        return None
+    return ((policy_as_a == "A") + (policy_as_b == "B")) / 2
+
+
+def win_rate_summary(outcomes: Sequence[float | None]) -> dict:
+    """Counts and rates of per-prompt outcomes (each 0, 0.5, 1 or None). Rates are over scorable prompts; win_rate
+    counts a tie half. win_rate and the rates are None when nothing was scorable."""
+    scored = [o for o in outcomes if o is not None]
+    wins, losses = sum(o == 1.0 for o in scored), sum(o == 0.0 for o in scored)
+    ties = len(scored) - wins - losses
+    n = len(scored)
+    return {
+        "n": len(outcomes),
+        "scored": n,
+        "unscorable": len(outcomes) - n,
+        "wins": wins,
+        "ties": ties,
+        "losses": losses,
+        "win_rate": sum(scored) / n if n else None,
+        "tie_rate": ties / n if n else None,
+        "loss_rate": losses / n if n else None,
+    }
+
+
+def bootstrap_ci(values: Sequence[float], *, n_boot: int = N_BOOT, level: float = CI_LEVEL,
+                 seed: int = 0) -> tuple[float, float] | None:
+    """Percentile bootstrap interval of the mean: resample ``values`` (n,) with replacement ``n_boot`` times,
+    take the (1-level)/2 and (1+level)/2 quantiles of the (n_boot,) resampled means. None for no values."""
+    x = np.asarray(values, dtype=np.float64)
+    if x.size == 0:
+        return None
+    idx = np.random.default_rng(seed).integers(0, x.size, size=(n_boot, x.size))
+    means = x[idx].mean(axis=1)
+    lo, hi = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
+    return float(lo), float(hi)
+
+
+def judge_choice(c: Completion) -> str | None:
+    """The judge's choice from one completion, None when it is not one of the allowed labels (or was cut)."""
+    text = c.texts[0].strip() if c.texts else ""
+    if c.finish_reasons and c.finish_reasons[0] == PROMPT_TOO_LONG:
+        return None
+    return text if text in prompts.JUDGE_CHOICES else None
+
+
+def _mean(values) -> float | None:
+    values = [v for v in values if v is not None]
+    return sum(values) / len(values) if values else None
+
+
+# -- the model glue: behind Engine ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Answer:
+    """One answer to a prompt: its text, tokens (None for a fixed answer from a file), whether it was cut by
+    max_tokens, whether the prompt did not fit the engine's context at all."""
+
+    text: str
+    tokens: int | None = None
+    truncated: bool = False
+    prompt_too_long: bool = False
+
+
+def answer_prompts(engine: Engine, texts: Sequence[str], *, max_tokens: int, temperature: float = 0.0,
+                   seed: int = 0) -> list[Answer]:
+    """The engine's answer to every prompt (policy system prompt; greedy by default), in one batched call."""
+    outs = engine.chat([prompts.policy_messages(t) for t in texts], n=1, temperature=temperature,
+                       max_tokens=max_tokens, seed=seed)
+    return [Answer(o.texts[0], o.completion_tokens[0], o.truncated[0], o.finish_reasons[0] == PROMPT_TOO_LONG)
+            for o in outs]
+
+
+def judge_pairs(judge: Engine, texts: Sequence[str], policy: Sequence[Answer],
+                baseline: Sequence[Answer]) -> list[tuple[str | None, str | None]]:
+    """(choice with the policy as A, choice with the policy as B) for every prompt: 2n judge calls in one batch."""
+    convs = []
+    for t, p, b in zip(texts, policy, baseline, strict=True):
+        convs.append(prompts.pairwise_judge_messages(t, p.text, b.text))
+        convs.append(prompts.pairwise_judge_messages(t, b.text, p.text))
+    outs = judge.chat(convs, n=1, temperature=0.0, max_tokens=2, choices=list(prompts.JUDGE_CHOICES))
+    choices = [judge_choice(o) for o in outs]
+    return list(zip(choices[0::2], choices[1::2]))
+
+
+def pairwise_metrics(policy: Sequence[Answer], baseline: Sequence[Answer],
+                     verdicts: Sequence[tuple[str | None, str | None]], *, seed: int = 0) -> tuple[dict, list]:
+    """Win rate, tie rate, bootstrap interval, lengths and judge diagnostics; plus per-prompt outcomes. Pure.
+    A prompt whose policy or baseline prompt did not fit the context is unscorable, whatever the judge said."""
+    outcomes = [
+        None if (p.prompt_too_long or b.prompt_too_long) else pair_outcome(*v)
+        for p, b, v in zip(policy, baseline, verdicts, strict=True)
+    ]
+    summary = win_rate_summary(outcomes)
+    ci = bootstrap_ci([o for o in outcomes if o is not None], seed=seed)
+    picks = [c for v in verdicts for c in v if c is not None]
+    return {
+        **summary,
+        "win_rate_ci95": list(ci) if ci else None,
+        "policy_mean_chars": _mean([len(a.text) for a in policy]),
+        "baseline_mean_chars": _mean([len(a.text) for a in baseline]),
+        "policy_mean_tokens": _mean([a.tokens for a in policy]),
+        "baseline_mean_tokens": _mean([a.tokens for a in baseline]),
+        "policy_truncated": sum(a.truncated for a in policy),
+        "baseline_truncated": sum(a.truncated for a in baseline),
+        "prompt_too_long": sum(p.prompt_too_long or b.prompt_too_long for p, b in zip(policy, baseline)),
+        "judge_verdicts": 2 * len(verdicts),
+        "judge_invalid": sum(c is None for v in verdicts for c in v),
+        # share of valid verdicts that picked the first-shown answer: 0.5 = no position bias
+        "judge_position_a_rate": (sum(c == "A" for c in picks) / len(picks)) if picks else None,
+    }, outcomes
+
+
+def judge_and_score(judge: Engine, rows: Sequence[PromptRow], policy: Sequence[Answer],
+                    baseline: Sequence[Answer], *, seed: int = 0, log: Log = _quiet) -> tuple[dict, list[dict]]:
+    """Judge every (policy, baseline) answer pair in both orders; return (metrics, one record per prompt)."""
+    t0 = time.perf_counter()
+    verdicts = judge_pairs(judge, [r.prompt for r in rows], policy, baseline)
+    judge_s = time.perf_counter() - t0
+    log(f"judge gave {2 * len(rows)} verdicts in {judge_s:.1f} s")
+    metrics, outcomes = pairwise_metrics(policy, baseline, verdicts, seed=seed)
+    metrics["judge"] = judge.model_name
+    metrics["judge_seconds"] = round(judge_s, 2)
+    records = [
+        {"id": r.id, "prompt": r.prompt, "policy": p.text, "baseline": b.text, "policy_truncated": p.truncated,
+         "judge_policy_as_a": v[0], "judge_policy_as_b": v[1], "outcome": o}
+        for r, p, b, v, o in zip(rows, policy, baseline, verdicts, outcomes)
+    ]
+    return metrics, records
+
+
+def fixed_baseline(rows: Sequence[PromptRow]) -> list[Answer]:
+    """The rows' own baseline answers (ValueError naming the ids that have none)."""
+    missing = [r.id for r in rows if r.baseline is None]
+    if missing:
+        raise ValueError(f"no baseline answer for id(s) {missing[:5]}: give --baseline CKPT or a file with them")
+    return [Answer(r.baseline) for r in rows]
+
+
+def evaluate_pairwise(policy: Engine, judge: Engine, rows: Sequence[PromptRow], *,
+                      baseline: Engine | None = None, max_tokens: int = 256, seed: int = 0,
+                      log: Log = _quiet) -> tuple[dict, list[dict]]:
+    """Answer ``rows`` with ``policy`` (and ``baseline`` when given, else use each row's ``baseline`` answer), judge
+    every pair in both orders, return (metrics, one record per prompt)."""
+    texts = [r.prompt for r in rows]
+    pol = answer_prompts(policy, texts, max_tokens=max_tokens, seed=seed)
+    base = (answer_prompts(baseline, texts, max_tokens=max_tokens, seed=seed) if baseline is not None
+            else fixed_baseline(rows))
+    return judge_and_score(judge, rows, pol, base, seed=seed, log=log)
+
+
+def eval_rows(metrics: dict, *, benchmark: str, checkpoint: str, judge: str, seed: int) -> list[dict]:
+    """``eval`` table rows (benchmark, checkpoint, verifier = the judge, seed, metric, value) of a pairwise run;
+    a value that could not be computed is NULL."""
+    ci = metrics.get("win_rate_ci95") or [None, None]
+    values = {
+        "win_rate": metrics["win_rate"], "tie_rate": metrics["tie_rate"], "win_rate_ci_low": ci[0],
+        "win_rate_ci_high": ci[1], "n": metrics["n"], "unscorable": metrics["unscorable"],
+        "policy_mean_chars": metrics["policy_mean_chars"], "baseline_mean_chars": metrics["baseline_mean_chars"],
+        "judge_position_a_rate": metrics["judge_position_a_rate"],
+    }
+    base = {"benchmark": benchmark, "checkpoint": checkpoint, "verifier": judge, "seed": seed}
+    return [{**base, "metric": k, "value": None if v is None else float(v)} for k, v in values.items()]
+
+
+# -- verifiable tasks ---------------------------------------------------------------------------------------------
+def load_verifiable(path: str | Path, task: str, limit: int | None = None) -> list[VerifiableRow]:
+    """{"id"?, "prompt", "answer"} rows, every reference checked readable for ``task`` before any model work
+    (DataError file:line: field 'answer' otherwise)."""
+    if task not in answers.TASKS:
+        raise ValueError(f"--task must be one of {', '.join(answers.TASKS)}, got {task!r}")
+    rows = load(path, "verifiable")
+    for r in rows:
+        why = answers.reference_error(task, r.answer)
+        if why:
+            raise DataError(path, r.line, "answer", why)
+    return rows[:limit] if limit else rows
+
+
+def score_verifiable(rows: Sequence[VerifiableRow], task: str,
+                     runs: dict[str, Sequence[Answer]]) -> tuple[dict, list[dict]]:
+    """Accuracy of each run's final answers ({"policy": answers, "baseline": answers?}), per-prompt records. Pure
+    (Math-Verify aside)."""
+    metrics: dict = {"n": len(rows), "task": task}
+    correct = {}
+    for who, ans in runs.items():
+        correct[who] = [answers.is_correct(task, a.text, r.answer) for a, r in zip(ans, rows, strict=True)]
+        metrics[f"{who}_accuracy"] = sum(correct[who]) / len(rows)
+        metrics[f"{who}_mean_tokens"] = _mean([a.tokens for a in ans])
+        metrics[f"{who}_truncated"] = sum(a.truncated for a in ans)
+        metrics[f"{who}_no_answer"] = sum(
+            (answers.final_answer(a.text, task) is None) if task != "math" else not answers.parse_math(a.text)
+            for a in ans
+        )
+    if "baseline" in runs:
+        metrics["accuracy_delta"] = metrics["policy_accuracy"] - metrics["baseline_accuracy"]
+    records = [
+        {"id": r.id, "prompt": r.prompt, "reference": r.answer}
+        | {who: runs[who][i].text for who in runs}
+        | {f"{who}_correct": correct[who][i] for who in runs}
+        for i, r in enumerate(rows)
+    ]
+    return metrics, records
+
+
+# -- the command: resolve engines, load, run ------------------------------------------------------------------------
+def engine_spec(spec: str, *, max_model_len: int = 4096, api_key: str | None = None) -> EngineConfig:
+    """An engine from a command-line word: a bundled model's name (``default``, ``qwen2.5-coder-0.5b-instruct``,
+    ...; `dr model list`), a local Hugging Face
+    checkpoint directory, or an OpenAI-compatible server ``http(s)://host:port/v1[#served-model-name]`` (no name:
+    the server's only model). ConfigError (a ValueError) with the fix otherwise."""
+    if spec.startswith(("http://", "https://")):
+        url, _, name = spec.partition("#")
+        return engine_config(kind="openai_http", base_url=url, model=name or DEFAULT_MODEL,
+                             **({"api_key": api_key} if api_key else {}))
+    return engine_config(model=spec, max_model_len=max_model_len)
+
+
+def is_checkpoint_spec(spec: str) -> bool:
+    """True when a --baseline word names a model (bundled name, URL, checkpoint directory), False for an answers file."""
+    from dr_core.model import is_bundled
+
+    return is_bundled(spec) or spec.startswith(("http://", "https://")) or Path(spec).is_dir()
+
+
+def baseline_from_file(rows: Sequence[PromptRow], path: str | Path) -> list[PromptRow]:
+    """``rows`` with their baseline answers taken from ``path`` (policy_eval format, matched by id). DataError
+    for a prompt with no row in ``path`` (naming the prompt's id) or a row without a ``baseline`` (naming its line)."""
+    given = {r.id: r for r in load(path, "policy_eval")}
+    out = []
+    for r in rows:
+        b = given.get(r.id)
+        if b is None:
+            raise DataError(path, 0, "id", f"no row with id {r.id!r} (the prompt on line {r.line} of the data file)")
+        if b.baseline is None:
+            raise DataError(path, b.line, "baseline", f"missing: no baseline answer for id {r.id!r}")
+        out.append(PromptRow(r.id, r.prompt, b.baseline, r.line))
+    return out
+
+
+class _Engines:
+    """Engines built on first use, one per distinct config, closed when no later phase needs them (two 135M
+    models fit, but a checkpoint and a large judge need not sit in memory together)."""
+
+    def __init__(self, log: Log):
+        self.log, self.open, self.startup_s = log, {}, 0.0
+
+    def get(self, cfg: EngineConfig) -> Engine:
+        if cfg not in self.open:
+            t = time.perf_counter()
+            from dr_core.model import is_bundled, prepare
+
+            if cfg.kind == "vllm" and is_bundled(cfg.model):
+                prepare(cfg.model, self.log)
+            from dr_core.engines import make_engine
+
+            self.log(f"starting {cfg.kind} engine (model {cfg.model})")
+            self.open[cfg] = make_engine(cfg)
+            self.startup_s += time.perf_counter() - t
+        return self.open[cfg]
+
+    def release(self, cfg: EngineConfig, still_needed: Sequence[EngineConfig | None]) -> None:
+        if cfg in self.open and cfg not in still_needed:
+            self.open.pop(cfg).close()
+
+    def close(self) -> None:
+        while self.open:
+            self.open.popitem()[1].close()
+
+
+def run_eval_policy(*, policy: str, data: str | Path, judge: str | None = None, baseline: str | None = None,
+                    task: str | None = None, limit: int | None = None, max_tokens: int = 256, seed: int = 0,
+                    max_model_len: int = 4096, api_key: str | None = None,
+                    log: Log = _quiet) -> tuple[dict, list[dict]]:
+    """What ``dr eval-policy`` does: validate every input first (data file, baseline file, engine words), then
+    answer, judge or check, and return (metrics, per-prompt records). Nothing is written here.
+
+    Phases run one after another (policy answers, baseline answers, judge); an engine is closed as soon as no
+    later phase needs it, and shared when two roles name the same model."""
+    pol_cfg = engine_spec(policy, max_model_len=max_model_len, api_key=api_key)
+    base_cfg = judge_cfg = None
+    if task is not None:
+        rows = load_verifiable(data, task, limit)
+        if baseline is not None and not is_checkpoint_spec(baseline):
+            raise ValueError(f"--baseline {baseline!r}: verifiable tasks compare against a model (default, a "
+                             "checkpoint directory or a URL), not an answers file")
+    else:
+        if judge is None:
+            raise ValueError("--judge is required for pairwise evaluation (default, a checkpoint or a URL)")
+        rows = load(data, "policy_eval", limit)
+        if baseline is not None and not is_checkpoint_spec(baseline):
+            rows = baseline_from_file(rows, baseline)
+        elif baseline is None:
+            missing = [r for r in rows if r.baseline is None]
+            if missing:
+                raise DataError(data, missing[0].line, "baseline", f"missing (id {missing[0].id!r}; "
+                                f"{len(missing)} row(s) without one): add the field or pass --baseline CKPT|FILE")
+        judge_cfg = engine_spec(judge, max_model_len=max_model_len, api_key=api_key)
+    if baseline is not None and is_checkpoint_spec(baseline):
+        base_cfg = engine_spec(baseline, max_model_len=max_model_len, api_key=api_key)
+    log(f"{len(rows)} prompts from {data}")
+    texts = [r.prompt for r in rows]
+    engines = _Engines(log)
+    names: dict[str, str] = {}
+    runs: dict[str, list[Answer]] = {}
+    t0 = time.perf_counter()
+    try:
+        for who, cfg, later in (("policy", pol_cfg, [base_cfg, judge_cfg]), ("baseline", base_cfg, [judge_cfg])):
+            if cfg is None:
+                continue
+            engine = engines.get(cfg)
+            t = time.perf_counter()
+            runs[who] = answer_prompts(engine, texts, max_tokens=max_tokens, seed=seed)
+            log(f"{who} answered {len(texts)} prompts in {time.perf_counter() - t:.1f} s")
+            names[who] = engine.model_name
+            engines.release(cfg, later)
+        if task is not None:
+            metrics, records = score_verifiable(rows, task, runs)
+        else:
+            base = runs.get("baseline") or fixed_baseline(rows)
+            metrics, records = judge_and_score(engines.get(judge_cfg), rows, runs["policy"], base, seed=seed,
+                                               log=log)
+    finally:
+        engines.close()
+    metrics.update({
+        "input": str(data), "limit": limit, "max_tokens": max_tokens, "seed": seed, "policy": names["policy"],
+        "baseline": names.get("baseline") or (f"file:{baseline}" if baseline else None if task else "data:baseline"),
+        "startup_seconds": round(engines.startup_s, 2), "seconds": round(time.perf_counter() - t0, 2),
+    })
+    return metrics, records

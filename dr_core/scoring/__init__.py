@@ -1,0 +1,1 @@
+"""Equations and metrics of the paper: pure numpy, no model, no I/O (the property tests' target)."""

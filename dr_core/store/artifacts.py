@@ -1,0 +1,420 @@
+"""The artifact store: Parquet tables (schemas in ``dr_core.store.schemas``) in a local directory or under ``s3://``.
+
+A store is addressed by URL: a path (or ``file://`` URL) for a local directory, ``s3://bucket/prefix`` for object
+storage through s3fs. S3 endpoint, region and keys come from the environment (``AWS_ENDPOINT_URL``,
+``AWS_REGION``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``) or from an explicit ``S3Options``; they are never
+printed, logged or written into artifacts (``repr`` hides them).
+
+One pipeline step writes one file: ``write(table, frame, part=step, run_id=..., round=...)`` returns the file's
+URI at ``<store>/<table>/run_id=<run>/round=<round>/<step>.parquet``. Writes are atomic (local: temp file in the
+same directory, fsync, ``os.replace``; S3: one PUT, or a multipart upload completed only once the whole file is
+uploaded) and idempotent: writing the same step again replaces its file, so rows are never duplicated.
+
+``connect()`` gives a DuckDB connection where every table is a view of that name over the store's files.
+
+    python -c "from dr_core.store.artifacts import Store; s = Store.from_url('/tmp/st'); print(s.connect().sql('FROM anchors'))"
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlparse
+
+import duckdb
+import fsspec
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from dr_core.store import atomic
+from dr_core.paths import cache_dir
+from dr_core.store.schemas import TABLES, conform, spec, to_arrow
+
+#: Partition values (run ids among them) and part names become path segments: keep them plain.
+SEGMENT_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+_SEGMENT = re.compile(SEGMENT_PATTERN)
+
+
+def default_store_url() -> str:
+    """``$DR_STORE``, else a directory in the dynamicrubric cache (``~/.cache/dynamicrubric/store``)."""
+    return os.environ.get("DR_STORE") or str(cache_dir() / "store")
+
+
+class StoreError(RuntimeError):
+    """The store cannot be used as asked: one line naming the store (and the S3 endpoint) and the cause."""
+
+
+def _env_number(name: str, default: float, kind=float) -> float:
+    raw = os.environ.get(name)
+    if raw is None or not raw.strip():
+        return default
+    try:
+        value = kind(raw)
+    except ValueError:
+        raise StoreError(f"{name}={raw!r} is not a {'whole ' if kind is int else ''}number") from None
+    if value <= 0:
+        raise StoreError(f"{name}={raw!r} must be > 0")
+    return value
+
+
+@dataclass(frozen=True)
+class S3Options:
+    """Where and as whom to reach S3, and how long to wait. Secrets are excluded from ``repr`` so they never reach
+    a log line.
+
+    Budget of one S3 call: a connection must open within ``connect_timeout_s`` (``DR_S3_CONNECT_TIMEOUT``, 5 s), a
+    reply must start within ``read_timeout_s`` (``DR_S3_READ_TIMEOUT``, 10 s). A timed-out or throttled call is
+    tried ``attempts`` times in all (``DR_S3_ATTEMPTS``, 3; s3fs's back-off, 0.1 s then 0.17 s); botocore's own
+    retries are off, so the budget is not multiplied. A refused connection, a wrong key or a missing bucket is not
+    retried. Worst case for an endpoint that accepts but never answers: 3 x 10 s.
+    """
+
+    endpoint_url: str | None = None
+    region: str | None = None
+    key: str | None = field(default=None, repr=False)
+    secret: str | None = field(default=None, repr=False)
+    connect_timeout_s: float = 5.0
+    read_timeout_s: float = 10.0
+    attempts: int = 3
+
+    @classmethod
+    def from_env(cls) -> "S3Options":
+        env = os.environ.get
+        return cls(
+            endpoint_url=env("AWS_ENDPOINT_URL_S3") or env("AWS_ENDPOINT_URL"),
+            region=env("AWS_REGION") or env("AWS_DEFAULT_REGION"),
+            key=env("AWS_ACCESS_KEY_ID"),
+            secret=env("AWS_SECRET_ACCESS_KEY"),
+            connect_timeout_s=_env_number("DR_S3_CONNECT_TIMEOUT", 5.0),
+            read_timeout_s=_env_number("DR_S3_READ_TIMEOUT", 10.0),
+            attempts=int(_env_number("DR_S3_ATTEMPTS", 3, int)),
+        )
+
+    def filesystem(self):
+        import s3fs
+
+        client_kwargs = {"region_name": self.region} if self.region else {}
+        # Listings are not cached: another process (a Prefect worker) may have written since the last look.
+        fs = s3fs.S3FileSystem(
+            key=self.key,
+            secret=self.secret,
+            endpoint_url=self.endpoint_url,
+            client_kwargs=client_kwargs,
+            config_kwargs={"connect_timeout": self.connect_timeout_s, "read_timeout": self.read_timeout_s,
+                           "retries": {"total_max_attempts": 1, "mode": "standard"}},
+            use_listings_cache=False,
+            skip_instance_cache=True,
+        )
+        fs.retries = self.attempts  # s3fs's retry loop (timeouts, throttling): the one retry budget
+        return fs
+
+    @property
+    def endpoint(self) -> str:
+        return self.endpoint_url or "the AWS default endpoint"
+
+
+def _cause(exc: BaseException) -> str:
+    """A short cause for an S3 failure: the exception's type and the first line of its text."""
+    seen, e = set(), exc
+    while e.__cause__ is not None and id(e) not in seen and not str(e).strip():  # s3fs wraps; show the inner one
+        seen.add(id(e))
+        e = e.__cause__
+    text = (str(e).strip().splitlines() or [""])[0][:240]
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
+class Store:
+    """Parquet artifact tables under one root URL. Build with ``Store.from_url``."""
+
+    def __init__(self, url: str, fs, root: str, protocol: str, s3: S3Options | None = None):
+        self.url, self.fs, self.root, self.protocol = url, fs, root.rstrip("/"), protocol
+        self.s3 = s3
+
+    def __repr__(self) -> str:
+        return f"Store({self.url!r})"
+
+    @classmethod
+    def from_url(cls, url: str | None = None, s3: S3Options | None = None) -> "Store":
+        """A store for ``url`` (None: ``default_store_url()``): a local path, ``file://...`` or ``s3://bucket/prefix``."""
+        url = url or default_store_url()
+        parsed = urlparse(url)
+        if parsed.scheme == "s3":
+            if not parsed.netloc:
+                raise ValueError(f"store URL {url!r} has no bucket; expected s3://bucket/prefix")
+            root = f"{parsed.netloc}/{parsed.path.strip('/')}".rstrip("/")
+            opts = s3 or S3Options.from_env()
+            return cls(f"s3://{root}", opts.filesystem(), root, "s3", opts)
+        if parsed.scheme in ("", "file") or len(parsed.scheme) == 1:  # a Windows drive letter parses as a scheme
+            path = Path(parsed.path if parsed.scheme == "file" else url).expanduser().resolve()
+            return cls(str(path), fsspec.filesystem("file"), str(path), "file")
+        raise ValueError(f"unsupported store URL {url!r}; expected a local path or s3://bucket/prefix")
+
+    # -- addressing -------------------------------------------------------------------------------------------
+    def uri_for(self, table: str, part: str = "data", **keys) -> str:
+        """URI of one part file: ``<store>/<table>/<k>=<v>/.../<part>.parquet``; ``keys`` are exactly the table's
+        partition columns (``run_id`` and ``round`` for run tables, ``dataset`` for prompts/anchors)."""
+        return self._uri(self._rel(table, part, keys))
+
+    def _rel(self, table: str, part: str, keys: dict) -> str:
+        ts = spec(table)
+        if set(keys) != set(ts.partition_by):
+            raise ValueError(f"{table} is partitioned by {list(ts.partition_by)}; got {sorted(keys)}")
+        _check_segment("part", part)
+        segs = []
+        for k in ts.partition_by:
+            v = keys[k]
+            if k == "round":
+                if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                    raise ValueError(f"round must be a non-negative int, got {v!r}")
+            else:
+                _check_segment(k, v)
+            segs.append(f"{k}={v}")
+        return "/".join([table, *segs, f"{part}.parquet"])
+
+    def _uri(self, rel: str) -> str:
+        return f"{self.url}/{rel}"
+
+    def _path(self, uri: str) -> str:
+        """The filesystem path of a URI of this store (s3fs paths have no scheme)."""
+        if not uri.startswith(self.url + "/"):
+            raise ValueError(f"{uri!r} is not in store {self.url!r}")
+        return f"{self.root}/{uri[len(self.url) + 1:]}"
+
+    def table_glob(self, table: str) -> str:
+        """A glob URI matching every part file of ``table`` (what the DuckDB views read)."""
+        spec(table)
+        return self._uri(f"{table}/**/*.parquet")
+
+    # -- writing ----------------------------------------------------------------------------------------------
+    def write(self, table: str, data, part: str = "data", **keys) -> str:
+        """Write one step's rows as ``<table>/<keys>/<part>.parquet``, replacing that file if it exists; return its URI.
+
+        data: pyarrow Table, polars or pandas DataFrame, or a list of row dicts with the table's columns
+        (``dr_core.store.schemas``); partition columns may be omitted (they are filled from ``keys``) and, if present,
+        must equal ``keys``.
+        """
+        rel = self._rel(table, part, keys)
+        t = _with_keys(table, to_arrow(data), keys)
+        t = conform(table, t)
+        buf = pa.BufferOutputStream()
+        pq.write_table(t, buf, compression="zstd")
+        uri = self._uri(rel)
+        self._put(self._path(uri), buf.getvalue().to_pybytes())
+        return uri
+
+    def _put(self, path: str, payload: bytes) -> None:
+        if self.protocol == "file":
+            try:
+                _atomic_local_write(path, payload)
+            except OSError as exc:
+                raise StoreError(f"cannot write {path}: {exc.strerror or exc} (the previous file, if any, is "
+                                 "unchanged)") from exc
+            return
+        with self._errors(f"writing {path}"):
+            if not self._bucket_exists():
+                raise self._no_bucket()
+            # pipe_file is one put_object, or (large files) a multipart upload completed after the last part: a
+            # crashed upload is never visible and readers see the old file or the new one.
+            self.fs.pipe_file(path, payload)
+
+    # -- checks before work, and S3 failures as one line ---------------------------------------------------
+    @property
+    def bucket(self) -> str | None:
+        return self.root.split("/", 1)[0] if self.protocol == "s3" else None
+
+    def _where(self) -> str:
+        return f"S3 store {self.url} at {self.s3.endpoint if self.s3 else 'the default endpoint'}"
+
+    def _no_bucket(self) -> StoreError:
+        return StoreError(f"{self._where()}: bucket {self.bucket!r} does not exist; check the name, or create it "
+                          "with --create-bucket")
+
+    @contextlib.contextmanager
+    def _errors(self, action: str):
+        """S3 calls: any failure becomes one StoreError naming the store, endpoint, action and cause."""
+        try:
+            yield
+        except StoreError:
+            raise
+        except Exception as exc:
+            if self.protocol == "file":
+                raise
+            raise StoreError(f"{self._where()}: {action} failed: {_cause(exc)}") from exc
+
+    def _bucket_exists(self) -> bool:
+        """HEAD the bucket. Unlike ``fs.exists(bucket)``, which answers False for an unreachable endpoint, this
+        raises for anything but "no such bucket"."""
+        try:
+            self.fs.call_s3("head_bucket", Bucket=self.bucket)
+            return True
+        except FileNotFoundError:
+            return False
+        except Exception as exc:
+            response = getattr(exc, "response", None)
+            code = str(((response if isinstance(response, dict) else {}).get("Error") or {}).get("Code", ""))
+            if code in ("404", "NoSuchBucket", "NotFound"):
+                return False
+            raise
+
+    def require_exists(self) -> "Store":
+        """For commands that read: StoreError unless the store holds something (a local directory with entries,
+        an S3 bucket with objects under the prefix). A typo'd path or bucket must not look like an empty store."""
+        if self.protocol == "file":
+            root = Path(self.root)
+            if not root.exists():
+                raise StoreError(f"no store at {self.url}: the directory does not exist (check --store / DR_STORE)")
+            if not root.is_dir():
+                raise StoreError(f"store {self.url} is a file, not a directory")
+            if not any(root.iterdir()):
+                raise StoreError(f"store {self.url} is empty: nothing has been written to it yet")
+            return self
+        with self._errors("checking the bucket"):
+            if not self._bucket_exists():
+                raise self._no_bucket()
+            if not self.fs.exists(self.root) or not self.fs.ls(self.root):
+                raise StoreError(f"{self._where()}: nothing under {self.url} (check the prefix)")
+        return self
+
+    def check_writable(self, create_bucket: bool = False) -> "Store":
+        """For commands that write, before any work: a local store is a directory (or can be made one); an S3
+        bucket must exist, or is created when ``create_bucket`` (a typo'd bucket is never created silently)."""
+        if self.protocol == "file":
+            root = Path(self.root)
+            if root.exists() and not root.is_dir():
+                raise StoreError(f"store {self.url} is a file, not a directory")
+            try:
+                atomic.check_output_path(root / ".probe", "a file in the store")
+            except OSError as exc:
+                raise StoreError(f"store {self.url} cannot be written: {exc}") from None
+            return self
+        with self._errors("checking the bucket"):
+            if not self._bucket_exists():
+                if not create_bucket:
+                    raise self._no_bucket()
+                self.fs.mkdir(self.bucket)
+        return self
+
+    # -- reading ----------------------------------------------------------------------------------------------
+    def exists(self, uri: str) -> bool:
+        with self._errors(f"looking up {uri}"):
+            return bool(self.fs.exists(self._path(uri)))
+
+    def read(self, uri: str) -> pa.Table:
+        """The rows of one part file (partition columns included)."""
+        with self._errors(f"reading {uri}"), self.fs.open(self._path(uri), "rb") as fh:
+            return pq.ParquetFile(fh).read()
+
+    def parts(self, table: str, **keys) -> list[str]:
+        """Sorted URIs of ``table``'s part files, optionally restricted to leading partition ``keys``."""
+        ts = spec(table)
+        lead = ts.partition_by[: len(keys)]
+        if set(keys) != set(lead):
+            raise ValueError(f"{table}: filter on a leading subset of {list(ts.partition_by)}; got {sorted(keys)}")
+        prefix = "/".join([f"{self.root}/{table}", *(f"{k}={keys[k]}" for k in lead)])
+        with self._errors(f"listing {table}"):
+            if not self.fs.exists(prefix):
+                return []
+            found = self.fs.find(prefix)
+        return sorted(self._uri(_strip_root(p, self.root)) for p in found if p.endswith(".parquet"))
+
+    def read_table(self, table: str, **keys) -> pa.Table:
+        """All rows of ``table`` (or of the partitions matching leading ``keys``); an empty table with the schema
+        if nothing has been written."""
+        tables = [self.read(u) for u in self.parts(table, **keys)]
+        if not tables:
+            return spec(table).schema.empty_table()
+        return pa.concat_tables(tables, promote_options="default")
+
+    def content_hash(self, uri: str) -> str:
+        """``sha256:<hex>`` of the file's bytes: the same rows written again hash the same (cache keys)."""
+        h = hashlib.sha256()
+        with self._errors(f"reading {uri}"), self.fs.open(self._path(uri), "rb") as fh:
+            while chunk := fh.read(1 << 20):
+                h.update(chunk)
+        return f"sha256:{h.hexdigest()}"
+
+    # -- DuckDB -----------------------------------------------------------------------------------------------
+    def connect(self) -> duckdb.DuckDBPyConnection:
+        """An in-memory DuckDB connection with one view per table (``anchors``, ``verdicts``...) over the store,
+        confined by DuckDB's own configuration (``confine``): it can reach only this store's files.
+
+        The views read the files at query time, so parts written after ``connect()`` are seen; a table with no
+        file yet is an empty view with the schema's columns (it stays empty for this connection).
+        """
+        con = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
+        if self.protocol != "file":
+            # DuckDB's httpfs extension downloads at install time; the fsspec filesystem needs no extension.
+            con.register_filesystem(self.fs)
+        literal_paths = any(c in self.root for c in "*?[]{}")  # glob syntax in the store's own path
+        for name in TABLES:
+            parts = self.parts(name)
+            if parts:
+                # union_by_name would read every file's footer before each query (slow on S3); all parts are
+                # written through conform(), so they share the schema. A schema change needs old parts rewritten.
+                # A root with glob characters in it cannot be globbed: its views list today's files instead.
+                source = ("[" + ", ".join(_sql_str(p) for p in parts) + "]") if literal_paths else \
+                    _sql_str(self.table_glob(name))
+                try:
+                    con.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet({source}, union_by_name = false, "
+                                "hive_partitioning = false)")
+                except duckdb.Error as exc:
+                    raise StoreError(f"store {self.url}: table {name} cannot be read ({_cause(exc)}); a part file "
+                                     "is corrupt or not one of this table's: rewrite it (re-run its step) or "
+                                     "remove it") from None
+            else:
+                con.register(name, spec(name).schema.empty_table())
+        return self.confine(con)
+
+    def allowed_directories(self) -> list[str]:
+        """The directories a connection of this store may touch: the store's root only (both spellings DuckDB
+        uses for a registered filesystem's paths)."""
+        if self.protocol == "file":
+            return [self.root + "/"]
+        return [f"s3://{self.root}/", f"s3:///{self.root}/"]
+
+    def confine(self, con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
+        """Lock ``con`` to this store: external access off except ``allowed_directories()`` (no other file, no
+        URL, no ATTACH, no extension install or load), then ``lock_configuration`` so no statement can undo it."""
+        dirs = ", ".join(_sql_str(d) for d in self.allowed_directories())
+        con.execute(f"SET allowed_directories = [{dirs}]")
+        con.execute("SET enable_external_access = false")
+        con.execute("SET lock_configuration = true")
+        return con
+
+
+def _sql_str(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def _check_segment(what: str, value) -> None:
+    if not isinstance(value, str) or not _SEGMENT.match(value):
+        raise ValueError(f"{what} {value!r} must match {_SEGMENT.pattern} (it becomes a path segment)")
+
+
+def _strip_root(path: str, root: str) -> str:
+    path = path.replace("\\", "/")
+    return path[len(root) + 1:] if path.startswith(root + "/") else path
+
+
+def _with_keys(table: str, t: pa.Table, keys: dict) -> pa.Table:
+    """Fill missing partition columns from ``keys``; refuse rows whose partition columns disagree with them."""
+    for k, v in keys.items():
+        if k in t.column_names:
+            values = set(t.column(k).unique().to_pylist())
+            if t.num_rows and values != {v}:
+                raise ValueError(f"{table}: column {k} holds {sorted(map(str, values))}, but the file is {k}={v}")
+        else:
+            typ = spec(table).schema.field(k).type
+            t = t.append_column(k, pa.array([v] * t.num_rows, typ))
+    return t
+
+
+def _atomic_local_write(path: str, payload: bytes) -> None:
+    """``dr_core.store.atomic.write_atomic``: temp file beside the target (never matched by ``*.parquet``), flock, fsync,
+    umask's mode, ``os.replace``; stale temp files of dead writers in the directory are swept first. The
+    ``store-write`` fault point (dr_core/faults.py) is half-way through the bytes."""
+    atomic.write_atomic(path, payload, fault="store-write")

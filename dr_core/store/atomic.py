@@ -1,0 +1,196 @@
+"""Atomic local file writes, shared by the store's part files and the commands' outputs (one mechanism).
+
+``write_atomic(path, payload)``: a temp file beside the target (``.<name>.<random>.tmp``: never matched by the
+store's ``*.parquet`` globs), held under an exclusive ``flock`` while it is written, fsynced, given the mode the
+umask asks for (``mkstemp`` alone would make it 0600, unreadable to a worker running as another user), then
+``os.replace``d over the target and the directory fsynced. Readers see the old file or the new one, never a torn
+one. On any exception (SIGTERM included, once ``dr`` turns it into SystemExit) the temp file is removed.
+
+A process killed with SIGKILL cannot clean up: its temp file stays. The next write into the same directory sweeps
+it: a temp file whose ``flock`` can be taken belongs to no live writer (the kernel drops a dead process's locks),
+so it is removed; one still locked is a write in progress and is left alone.
+
+``write_all_atomic([(path, payload), ...])`` writes several outputs of one command together: every temp file is
+written first, and only then are they renamed, so a failure leaves none of the new files.
+
+``check_output_path(path)`` refuses, before any work, a path that is a directory, lies under a regular file, or
+whose directory cannot be created or written.
+
+    python -c "from dr_core.store.atomic import write_atomic; write_atomic('/tmp/x.txt', b'hi')"
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import math
+import os
+import tempfile
+from decimal import Decimal
+from pathlib import Path
+
+from dr_core import faults
+
+TEMP_SUFFIX = ".tmp"
+
+
+class OutputPathError(OSError):
+    """An output path that cannot be written: says which and why (checked before any work)."""
+
+    def __str__(self) -> str:  # the message alone, not "[Errno 21] ...: 'path'"
+        return self.strerror
+
+
+def current_umask() -> int:
+    """The process umask, read without changing it where /proc allows (os.umask is a set-and-restore)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
+
+
+def check_output_path(path: str | Path, what: str = "output") -> Path:
+    """``path`` as a Path if a file can be written there; OutputPathError naming it and the reason otherwise.
+    Missing parent directories are fine (they are created at write time) as long as the nearest existing
+    ancestor is a writable directory."""
+    p = Path(path).expanduser()
+    if p.is_dir():
+        raise OutputPathError(errno.EISDIR, f"{what} {p} is a directory; give a file path", str(p))
+    if str(p).endswith(os.sep) or p.name in ("", ".", ".."):
+        raise OutputPathError(errno.EISDIR, f"{what} {p} names a directory; give a file path", str(p))
+    ancestor = p.parent
+    while not ancestor.exists():
+        if ancestor == ancestor.parent:
+            break
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise OutputPathError(errno.ENOTDIR, f"{what} {p}: {ancestor} is a file, not a directory", str(p))
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise OutputPathError(errno.EACCES, f"{what} {p}: directory {ancestor} is not writable", str(p))
+    if p.exists() and not os.access(p, os.W_OK):
+        raise OutputPathError(errno.EACCES, f"{what} {p} exists and is not writable", str(p))
+    return p
+
+
+def sweep_stale_temps(directory: str | Path) -> list[str]:
+    """Remove the temp files in ``directory`` left by writers that died (their flock is free); return them."""
+    removed = []
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return removed
+    for name in names:
+        if not (name.startswith(".") and name.endswith(TEMP_SUFFIX)):
+            continue
+        path = os.path.join(directory, name)
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)  # locked: a live writer
+            continue
+        try:
+            os.unlink(path)
+            removed.append(path)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    return removed
+
+
+def _write_temp(path: str, payload: bytes, fault: str | None = None) -> tuple[str, int]:
+    """Create, lock, fill, chmod and fsync the temp file for ``path``; return (temp path, its open fd)."""
+    directory = os.path.dirname(path) or "."
+    os.makedirs(directory, exist_ok=True)
+    sweep_stale_temps(directory)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=TEMP_SUFFIX)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.fchmod(fd, 0o666 & ~current_umask())
+        view = memoryview(payload)
+        if fault:  # a DR_FAULT point half-way through the bytes (dr_core/faults.py), as a crash mid-write
+            half = view[: len(view) // 2]
+            while half:
+                half = half[os.write(fd, half):]
+            os.fsync(fd)
+            faults.fault_point(fault, store_path=path)
+            view = view[len(view) // 2:]
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        _unlink_quietly(tmp)
+        raise
+    return tmp, fd
+
+
+def _fsync_dir(directory: str) -> None:
+    dir_fd = os.open(directory or ".", os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)  # make the rename itself durable
+    finally:
+        os.close(dir_fd)
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def write_all_atomic(outputs: list[tuple[str | Path, bytes | str]], fault: str | None = None) -> None:
+    """Write every ``(path, payload)`` (str payloads as UTF-8): all temp files first, then the renames.
+    ``fault``: the name of a ``dr_core.faults`` point hit half-way through each file (tests only)."""
+    staged: list[tuple[str, str, int]] = []
+    try:
+        for path, payload in outputs:
+            data = payload.encode("utf-8") if isinstance(payload, str) else payload
+            tmp, fd = _write_temp(str(Path(path).expanduser()), data, fault)
+            staged.append((str(Path(path).expanduser()), tmp, fd))
+        for path, tmp, _ in staged:
+            os.replace(tmp, path)
+    except BaseException:
+        for _, tmp, _ in staged:
+            _unlink_quietly(tmp)
+        raise
+    finally:
+        for _, _, fd in staged:
+            os.close(fd)
+    for directory in {os.path.dirname(path) for path, _, _ in staged}:
+        _fsync_dir(directory)
+
+
+def write_atomic(path: str | Path, payload: bytes | str, fault: str | None = None) -> None:
+    """Write one file atomically (see the module docstring)."""
+    write_all_atomic([(path, payload)], fault)
+
+
+def json_safe(obj):
+    """``obj`` with every non-finite float (NaN, +-inf: not JSON) replaced by None (null: "n/a")."""
+    if isinstance(obj, Decimal):  # SQL DECIMAL: a JSON number
+        obj = float(obj)
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    return obj
+
+
+def json_text(obj, indent: int | None = 2, default=None) -> str:
+    """``obj`` as strict JSON text: non-finite floats become null, never the invalid NaN/Infinity tokens.
+    ``default``: how to write other objects (e.g. ``str`` for SQL dates); None: TypeError, before any file."""
+    return json.dumps(json_safe(obj), indent=indent, ensure_ascii=False, allow_nan=False, default=default) + "\n"
