@@ -32,7 +32,7 @@ def project_errors() -> tuple[type[BaseException], ...]:
     from dr_core.datasets import DataError
     from dr_core.engines.base import EngineError
     from dr_core.model import ModelError
-    from dr_core.report.build import ReportError
+    from dr_core.report.collect import ReportError
     from dr_core.runs.reward_model import RewardModelError
     from dr_core.store.sql import QueryError
     from dr_core.store.artifacts import StoreError
@@ -169,8 +169,13 @@ def _print_result(table, fmt: str) -> None:
         fail(str(exc))
     if isinstance(out, str):
         typer.echo(out, nl=False)
-    else:
-        console.print(out)
+        return
+    grid = Table(caption=f"{table.num_rows} row(s)")
+    for name in table.column_names:
+        grid.add_column(name, overflow="fold")
+    for cells in out:
+        grid.add_row(*cells)
+    console.print(grid)
 
 
 @app.command()
@@ -293,7 +298,8 @@ def score(
     """Write rubric(s), the verdict matrix, Eq. 12 scores, R_disc and the unscorable parts for every set."""
     from dr_core.datasets import DataError
     from dr_core.engines import EngineError
-    from dr_core.runs.evaluate import run_score, write_jsonl_atomic
+    from dr_core.runs.evaluate import run_score
+    from dr_core.store.atomic import write_jsonl_atomic
     from dr_core.model import ModelError
 
     check_output_path(output, "--output")
@@ -325,7 +331,8 @@ def eval_evaluator(
     """Evaluate the rubric evaluator on human-labelled data: strict accuracy, ties, unscorable, nDCG, costs."""
     from dr_core.datasets import DataError
     from dr_core.engines import EngineError
-    from dr_core.runs.evaluate import EVAL_FORMATS, run_eval_evaluator, write_json_atomic
+    from dr_core.runs.evaluate import EVAL_FORMATS, run_eval_evaluator
+    from dr_core.store.atomic import write_json_atomic
     from dr_core.model import ModelError
 
     if fmt not in EVAL_FORMATS:
@@ -387,8 +394,7 @@ def eval_policy(
     from dr_core.config import ConfigError
     from dr_core.datasets import DataError
     from dr_core.engines import EngineError
-    from dr_core.store.atomic import json_text, write_all_atomic
-    from dr_core.runs.evaluate import jsonl_text
+    from dr_core.store.atomic import json_text, jsonl_text, write_all_atomic
     from dr_core.model import ModelError
     from dr_core.runs.policy_eval import run_eval_policy
 

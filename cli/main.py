@@ -109,7 +109,7 @@ def _finish(result: dict, show, json_out: Optional[str]) -> None:
     """Print a flow's result table and, if asked, write the whole result as JSON (atomically)."""
     show(result)
     if json_out:
-        from dr_core.runs.evaluate import write_json_atomic
+        from dr_core.store.atomic import write_json_atomic
 
         write_json_atomic(json_out, result)
 
@@ -260,7 +260,7 @@ def report_cmd(
     examples: int = typer.Option(3, "--examples", min=0, help="Prompts shown with their rubric and verdict matrix."),
 ) -> None:
     """Write the run's gap analysis as one offline HTML page: Eq. 2 gap, rewards, saturation, accuracy, stale vs fresh."""
-    from dr_core.report.build import write_report
+    from dr_core.report.write import write_report
     from dr_core.store.artifacts import Store, default_store_url
 
     try:

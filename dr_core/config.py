@@ -35,6 +35,7 @@ from typing import Literal
 from urllib.parse import urlsplit, urlunsplit
 
 import yaml
+from dr_core.constants import ENGINE_ROLES
 from dr_core.model import BUNDLED, DEFAULT_ALIAS, is_bundled
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
@@ -42,11 +43,10 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 DEFAULT_MODEL = DEFAULT_ALIAS
 
 EngineKind = Literal["vllm", "openai_http"]
-#: How the verifier turns a check into yes/no (``dr_core.evaluator.evaluate.verify``): see ``EngineConfig.verdict_mode``.
+#: How the verifier turns a check into yes/no (``dr_core.evaluator.verify.verify``): see ``EngineConfig.verdict_mode``.
 VerdictMode = Literal["choice", "calibrated", "balanced"]
 #: The verifier's prompt (``dr_core.rubric.prompts.verifier_messages``): see ``EngineConfig.verifier_prompt``.
 VerifierPrompt = Literal["system", "plain"]
-ROLES = ("generator", "verifier", "policy")
 
 
 class ConfigError(ValueError):
@@ -317,7 +317,7 @@ def load_engines_config(path: str | Path | None) -> EnginesConfig:
         raise ConfigError(f"{path}: not valid {kind}: {_parse_error(exc)}") from None
     data = data or {}
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping with keys among {', '.join(ROLES)}")
+        raise ConfigError(f"{path}: expected a mapping with keys among {', '.join(ENGINE_ROLES)}")
     try:
         return EnginesConfig(**data)
     except ValidationError as exc:

@@ -37,10 +37,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
+from dr_core.constants import COMPLETE_MARKER  # written last into a finished checkpoint: the GGUF hash it came from
+from dr_core.hashing import sha256_file
 from dr_core.paths import cache_dir
+from dr_core.store.atomic import publish_dir
 
-#: Written last into a finished checkpoint; holds the GGUF hash it came from.
-COMPLETE_MARKER = ".dr-complete"
 #: The model name that means "the default bundled model" in engine configs.
 DEFAULT_ALIAS = "default"
 
@@ -169,14 +170,6 @@ def bundled(name: str) -> BundledModel:
 
 def is_bundled(name: str) -> bool:
     return name == DEFAULT_ALIAS or name in BUNDLED
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _install_hint(model: BundledModel) -> str:
@@ -314,9 +307,7 @@ def prepare(name: str = DEFAULT_ALIAS, log: Log = lambda _m: None, install: bool
             log(f"converting {model.gguf_name} to a float32 Hugging Face checkpoint (about 1 min)")
             _convert(gguf, ckpt)
             (ckpt / COMPLETE_MARKER).write_text(model.gguf_sha256 + "\n")
-            if final.exists():  # a half-written leftover without the marker
-                shutil.rmtree(final)
-            ckpt.rename(final)
+            publish_dir(ckpt, final)  # replaces a half-written leftover without the marker
         finally:
             shutil.rmtree(work, ignore_errors=True)
     log(f"checkpoint ready: {final}")

@@ -16,7 +16,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dr_core.config import EngineConfig, EnginesConfig
-from dr_core.train.grpo import GRPOSettings
+from dr_core.train.settings import GRPOSettings
 
 
 class RoundConfig(BaseModel):

@@ -12,80 +12,29 @@ is ingested: one malformed line fails the run with the file, line and field, and
 
 from __future__ import annotations
 
-import hashlib
-import json
-from pathlib import Path
+from prefect import flow
+from pydantic import BaseModel, ConfigDict, Field
 
-from prefect import flow, task
-
-from dr_core.store import checkpoints
-from dr_core.store import sql
-from dr_core.datasets import DataError, load_ranked
-from dr_core.paths import cache_dir
 from dr_core.presets import coevolve_preset
-from dr_core.store.artifacts import Store, default_store_url
-from dr_core.runs.store_commands import ingest
-from tasks.options import retry_on_transient
-
-LIGHT = dict(retries=2, retry_delay_seconds=[2, 10], retry_condition_fn=retry_on_transient)
+from dr_core.store.artifacts import SEGMENT_PATTERN, default_store_url
+from flows.coevolve import CoevolveParams, coevolve_flow
+from tasks import anchor_refresh as refresh_tasks
 
 
-def _dataset(path: str, sha: str) -> str:
-    stem = "".join(c if c.isalnum() or c in "-." else "-" for c in Path(path).stem)[:60]
-    return f"refresh-{stem}-{sha[:8]}"
+class AnchorRefreshParams(BaseModel):
+    """Parameters of one anchor-refresh run. The flow takes them as separate arguments (validated into this model
+    first) because a deployment run that overrides one of them (``parameters={"train": false}``) must keep the
+    others from the deployment: Prefect merges parameters by top-level name."""
 
+    model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True, allow_inf_nan=False)
 
-@task(name="find-new-anchor-files", **LIGHT)
-def find_new(store: str, incoming: str) -> list[dict]:
-    """``*.jsonl`` under ``<store>/<incoming>`` whose content has not been ingested yet: [{path, sha256, dataset}]."""
-    s = Store.from_url(store)
-    root = f"{s.root}/{incoming.strip('/')}"
-    files = sorted(p for p in (s.fs.find(root) if s.fs.exists(root) else []) if p.endswith(".jsonl"))
-    done = {u.split("dataset=")[1].split("/")[0] for u in s.parts("anchors") if "dataset=refresh-" in u}
-    new = []
-    for path in files:
-        sha = hashlib.sha256(s.fs.cat_file(path)).hexdigest()
-        if _dataset(path, sha) not in done:
-            new.append({"path": path, "sha256": sha, "dataset": _dataset(path, sha)})
-    return new
-
-
-@task(name="validate-and-ingest", **LIGHT)
-def validate_and_ingest(store: str, files: list[dict]) -> list[str]:
-    """Validate every file first (DataError names file, line, field; nothing written), then ingest each."""
-    s = Store.from_url(store)
-    local = cache_dir() / "refresh" / "incoming"
-    local.mkdir(parents=True, exist_ok=True)
-    loaded = []
-    for f in files:
-        dest = local / f"{f['dataset']}.jsonl"
-        s.fs.get_file(f["path"], str(dest))
-        try:
-            load_ranked(dest)  # the first bad line fails the run before any write
-        except DataError as exc:
-            raise DataError(f"{s.url}/{f['path'][len(s.root) + 1:]}", exc.line, exc.field, exc.message) from None
-        loaded.append((f, dest))
-    return [ingest("anchors", dest, store, dataset=f["dataset"])[0] for f, dest in loaded]
-
-
-@task(name="filter-anchors", **LIGHT)
-def filter_anchors(store: str, datasets: list[str], min_responses: int) -> dict:
-    """Run sql/anchor_filter on the new datasets; write the kept lists as one JSONL (named by content) for the round."""
-    s = Store.from_url(store)
-    con = s.connect()
-    kept = []
-    for ds in datasets:
-        ids = set(sql.run(con, "anchor_filter", {"min_responses": min_responses, "dataset": ds})
-                  .column("prompt_id").to_pylist())
-        rows = con.execute("SELECT prompt_id, any_value(prompt), list(response ORDER BY rank), "
-                           "list(score ORDER BY rank) FROM anchors WHERE dataset = ? GROUP BY prompt_id "
-                           "ORDER BY prompt_id", [ds]).fetchall()
-        kept += [{"id": pid, "prompt": prompt, "responses": resp, "scores": None if None in scores else scores}
-                 for pid, prompt, resp, scores in rows if pid in ids]
-    text = "".join(json.dumps({k: v for k, v in r.items() if v is not None}) + "\n" for r in kept)
-    path = cache_dir() / "refresh" / f"kept-{hashlib.sha256(text.encode()).hexdigest()[:16]}.jsonl"
-    path.write_text(text, encoding="utf-8")
-    return {"path": str(path), "kept": len(kept)}
+    store: str = Field(default_factory=default_store_url, description="Artifact store URL (path or s3://...).")
+    incoming: str = Field("incoming/anchors", min_length=1, description="Store prefix where new anchor files land.")
+    run_id: str = Field("refresh", pattern=SEGMENT_PATTERN, description="The co-evolution run to continue.")
+    preset: str = Field("tiny", description="Co-evolution preset of the round (dr_core.presets).")
+    min_responses: int = Field(7, ge=1, description="anchor_filter rule 1: minimum list length.")
+    n_prompts: int | None = Field(None, ge=1, description="Prompts per round (None: the preset's).")
+    train: bool = Field(True, description="Run the co-evolution round (False: stop after filtering).")
 
 
 @flow(name="dynamicrubric-anchor-refresh", log_prints=True)
@@ -94,39 +43,26 @@ def anchor_refresh_flow(store: str | None = None, incoming: str = "incoming/anch
                         train: bool = True) -> dict:
     """New anchor files -> validate -> ingest -> anchor_filter -> one co-evolution round from the latest checkpoints
     (``train=False``: stop after filtering)."""
-    store = store or default_store_url()
-    new = find_new(store, incoming)
+    p = AnchorRefreshParams(**{k: v for k, v in locals().items() if v is not None})
+    new = refresh_tasks.find_new(p.store, p.incoming)
     if not new:
-        print(f"no new anchor files under {incoming}")
+        print(f"no new anchor files under {p.incoming}")
         return {"new_files": 0, "kept": 0, "trained": False}
     datasets = [f["dataset"] for f in new]
-    validate_and_ingest(store, new)
-    kept = filter_anchors(store, datasets, min_responses)
+    refresh_tasks.validate_and_ingest(p.store, new)
+    kept = refresh_tasks.filter_anchors(p.store, datasets, p.min_responses)
     print(f"{len(new)} new file(s), {kept['kept']} anchor list(s) pass anchor_filter")
     result = {"new_files": len(new), "datasets": datasets, "kept": kept["kept"], "trained": False}
-    if not train or kept["kept"] == 0:
+    if not p.train or kept["kept"] == 0:
         return result
-    from flows.coevolve import CoevolveParams, coevolve_flow
-
-    s = Store.from_url(store)
-    gen, pol = checkpoints.latest(s, run_id, "generator"), checkpoints.latest(s, run_id, "policy")
-    start = 1 + max([c["round"] for c in (gen, pol) if c] or [0])
-    round_fields = {"anchors": kept["path"], "min_anchor_responses": min_responses}
-    if n_prompts:
-        round_fields["n_prompts"] = n_prompts
-    cfg = coevolve_preset(preset, round=round_fields, measure_start=False)
-
-    def ref(c):
-        if c is None:
-            return None
-        from dr_core.config import EngineConfig
-        from tasks.runtime import model_id
-
-        return {"uri": c["uri"], "sha256": model_id(EngineConfig(model=str(checkpoints.materialise(s, c["uri"]))))}
-
-    out = coevolve_flow(CoevolveParams(config=cfg, store=store, run_id=run_id, start_round=start,
-                                       generator_start=ref(gen), policy_start=ref(pol)))
-    return result | {"trained": True, "round": start, "generator": out["generator"]["uri"],
+    start = refresh_tasks.start_checkpoints(p.store, p.run_id)
+    round_fields = {"anchors": kept["path"], "min_anchor_responses": p.min_responses}
+    if p.n_prompts:
+        round_fields["n_prompts"] = p.n_prompts
+    cfg = coevolve_preset(p.preset, round=round_fields, measure_start=False)
+    out = coevolve_flow(CoevolveParams(config=cfg, store=p.store, run_id=p.run_id, start_round=start["round"],
+                                       generator_start=start["generator"], policy_start=start["policy"]))
+    return result | {"trained": True, "round": start["round"], "generator": out["generator"]["uri"],
                      "policy": out["policy"]["uri"], "warnings": out["warnings"]}
 
 

@@ -7,7 +7,7 @@ stays frozen (self-contained mode: one backbone for all three roles, set in the 
   1. sample C from P(t-1) on the round's prompts                               (stage "generator")
   2. generator update G(t-1) -> G(t): GRPO on R_disc + lam R_anchor            (tasks/train.py)
   3. policy update P(t-1) -> P(t): GRPO on Eq. 12 scores from the fixed G(t)  (tasks/train.py)
-  4. measure P(t) with G(t): sets, rubrics, verdicts, scores, gap, accuracy    (flows/round.py::measure)
+  4. measure P(t) with G(t): sets, rubrics, verdicts, scores, gap, accuracy    (flows/steps.py::measure)
   5. win rate of P(t) against P(0) on held-out prompts, pairwise judge        (tasks/policy_eval.py)
 Round 0 (``measure_start``) measures P(0) with G(0): the "before" numbers. Every step is a cached, retryable task:
 re-running a finished round does no training and no model work. The result's ``warnings`` say in words when the
@@ -21,13 +21,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from prefect import flow, get_run_logger
 
-from dr_core.store import checkpoints
 from dr_core.scoring import signals
-from dr_core.model import is_bundled
-from dr_core.presets import CoevolveConfig, RoundConfig, coevolve_preset
+from dr_core.presets import CoevolveConfig, coevolve_preset
 from dr_core.store.artifacts import SEGMENT_PATTERN, Store, default_store_url
-from flows.round import StepLog, measure, run_step
-from tasks import round as steps
+from flows.steps import StepLog, measure, run_step, with_models
+from tasks import round as round_tasks
 from tasks import policy_eval as policy_eval_task
 from tasks import train
 from tasks.runtime import model_id, result_storage
@@ -42,20 +40,8 @@ class CoevolveParams(BaseModel):
     store: str = Field(default_factory=default_store_url, description="Artifact store URL (path or s3://...).")
     run_id: str = Field("local", pattern=SEGMENT_PATTERN, description="Run id (partition).")
     start_round: int = Field(1, ge=1, description="Number of the first round to run (the anchor refresh continues).")
-    generator_start: dict | None = Field(None, description="Checkpoint ref {uri, sha256} of G(start-1); None: G(0).")
-    policy_start: dict | None = Field(None, description="Checkpoint ref {uri, sha256} of P(start-1); None: P(0).")
-
-
-def with_models(rc: RoundConfig, store: Store, generator: dict, policy: dict) -> RoundConfig:
-    """The round config with the generator and policy engines pointed at these checkpoints (verifier unchanged)."""
-    def point(cfg, ref):
-        if is_bundled(ref["uri"]):  # the role's own start model (train.base_ref): the engine as configured
-            return cfg
-        return cfg.model_copy(update={"model": str(checkpoints.materialise(store, ref["uri"]))})
-
-    engines = rc.engines.model_copy(update={"generator": point(rc.engines.generator, generator),
-                                            "policy": point(rc.engines.policy, policy)})
-    return rc.model_copy(update={"engines": engines})
+    generator_start: dict | None = Field(None, description="Checkpoint ref {uri, fingerprint} of G(start-1); None: G(0).")
+    policy_start: dict | None = Field(None, description="Checkpoint ref {uri, fingerprint} of P(start-1); None: P(0).")
 
 
 def _num(v):
@@ -88,7 +74,7 @@ def coevolve_flow(params: CoevolveParams) -> dict:
     verifier = model_id(cfg.round.engines.verifier)
 
     with StepLog(store, run, first) as log:  # select-inputs goes with the first round flushed (0 or start_round)
-        inputs = run_step(steps.select_inputs.with_options(**opts), log, "select-inputs", cfg.round, store)
+        inputs = run_step(round_tasks.select_inputs.with_options(**opts), log, "select-inputs", cfg.round, store)
         rounds = []
         if cfg.measure_start and params.start_round == 1:
             m0 = measure(with_models(cfg.round, st, gen, pol), store, run, 0, storage, log, inputs=inputs, prefix="r0/")
@@ -97,7 +83,7 @@ def coevolve_flow(params: CoevolveParams) -> dict:
         for t in range(params.start_round, params.start_round + cfg.rounds):
             log.round = t
             rc = with_models(cfg.round, st, gen, pol)
-            sets = run_step(steps.sample.with_options(**opts), log, f"r{t}/sample-P(t-1)", rc, inputs["prompts"],
+            sets = run_step(round_tasks.sample.with_options(**opts), log, f"r{t}/sample-P(t-1)", rc, inputs["prompts"],
                             model_id(rc.engines.policy), store, run, t, "generator")
             new_gen = run_step(train.train_generator.with_options(**opts), log, f"r{t}/train-generator", cfg,
                                inputs["prompts"], sets, inputs["anchors"], gen, verifier, store, run, t)
@@ -111,8 +97,8 @@ def coevolve_flow(params: CoevolveParams) -> dict:
                 policy_eval_task.evaluate_policy.with_options(**opts), log, f"r{t}/evaluate-policy", cfg, pol, store,
                 run, t)
             if pe is not None:  # served from another run's cache: copy its eval rows into this run's partition
-                pe = run_step(steps.adopt, log, f"r{t}/adopt-policy-eval", {"eval": pe}, store, run, t)["eval"]
-            run_step(steps.record_run, log, f"r{t}/record-run", cfg.round, store, run, t, "coevolve-round-complete")
+                pe = run_step(round_tasks.adopt, log, f"r{t}/adopt-policy-eval", {"eval": pe}, store, run, t)["eval"]
+            run_step(round_tasks.record_run, log, f"r{t}/record-run", cfg.round, store, run, t, "coevolve-round-complete")
             log.flush()
             rounds.append({
                 "round": t, "generator": gen["uri"], "policy": pol["uri"], "measure": m["summary"],

@@ -14,13 +14,12 @@ from __future__ import annotations
 from prefect import flow
 from pydantic import BaseModel, ConfigDict, Field
 
-from dr_core.report import build as report
+from dr_core.report import collect
 from dr_core.presets import RoundConfig
 from dr_core.runs.stale_fresh import plan
 from dr_core.store.artifacts import SEGMENT_PATTERN, Store, default_store_url
-from flows.coevolve import with_models
-from flows.round import StepLog, run_step
-from tasks import round as steps
+from flows.steps import StepLog, run_step, with_models
+from tasks import round as round_tasks
 from tasks.runtime import model_id, result_storage
 from tasks.stale_fresh import restage_samples
 
@@ -50,7 +49,7 @@ def stale_fresh_flow(params: StaleFreshParams) -> dict:
         raise ValueError(f"run {run!r} recorded no round config; pass one (dr stale-fresh --preset ...)")
     opts = dict(result_storage=result_storage(store))
     with StepLog(store, run, t) as log:
-        inputs = run_step(steps.select_inputs.with_options(**opts), log, "select-inputs", rc, store)
+        inputs = run_step(round_tasks.select_inputs.with_options(**opts), log, "select-inputs", rc, store)
         wanted = {r["prompt_id"] for r in st.read(p["sets"]["uri"]).to_pylist()}
         have = {r["prompt_id"] for r in st.read(inputs["prompts"]["uri"]).to_pylist()}
         if not wanted <= have:
@@ -58,18 +57,18 @@ def stale_fresh_flow(params: StaleFreshParams) -> dict:
                              "round config the run used")
         verifier = model_id(rc.engines.verifier)
         policy = {"uri": p["policy"]}
-        for stage, gen_uri in ((report.STALE, p["stale_generator"]), (report.FRESH, p["fresh_generator"])):
+        for stage, gen_uri in ((collect.STALE, p["stale_generator"]), (collect.FRESH, p["fresh_generator"])):
             sc = with_models(rc, st, {"uri": gen_uri}, policy)
             samples = run_step(restage_samples, log, f"{stage}/restage-samples", p["sets"]["uri"], stage, store, run, t)
-            rubrics = run_step(steps.generate_rubrics.with_options(**opts), log, f"{stage}/generate-rubrics", sc,
+            rubrics = run_step(round_tasks.generate_rubrics.with_options(**opts), log, f"{stage}/generate-rubrics", sc,
                                inputs["prompts"], samples, model_id(sc.engines.generator), store, run, t, stage)
-            verdicts = run_step(steps.verify.with_options(**opts), log, f"{stage}/verify", sc, inputs["prompts"],
+            verdicts = run_step(round_tasks.verify.with_options(**opts), log, f"{stage}/verify", sc, inputs["prompts"],
                                 samples, inputs["anchors"], rubrics, verifier, store, run, t, stage)
-            scored = run_step(steps.score.with_options(**opts), log, f"{stage}/score", rubrics, verdicts, store, run, t,
+            scored = run_step(round_tasks.score.with_options(**opts), log, f"{stage}/score", rubrics, verdicts, store, run, t,
                               stage)
-            run_step(steps.adopt, log, f"{stage}/adopt-artifacts",
+            run_step(round_tasks.adopt, log, f"{stage}/adopt-artifacts",
                      {"samples": samples, "rubrics": rubrics, "verdicts": verdicts, **scored}, store, run, t)
-    summary = report.stale_fresh(report.stage_metrics(st.connect(), run), t)
+    summary = collect.stale_fresh(collect.stage_metrics(st.connect(), run), t)
     return {"run_id": run, "round": t, "sets": p["sets"], "stale_generator": p["stale_generator"],
             "fresh_generator": p["fresh_generator"], "verifier": verifier, "summary": summary, "steps": dict(log)}
 

@@ -1,20 +1,23 @@
 """How every pipeline task caches, persists and retries: one place, declared on the tasks in tasks/round.py.
 
-Caching by content. A task's cache key is a SHA-256 over its name, the code version (every source file of dr_core,
-tasks and sql), and its inputs, where an artifact input counts by its content hash (``ArtifactRef.sha256``), never
-by its URI: URIs carry run ids, and the same work under another run id must hit the cache. Model checkpoints count
-by their fingerprint (``dr_core.model.checkpoint_fingerprint``), configs by their JSON without their secrets
-(``dr_core.config.AUTH_FIELDS``: an API key or password is never hashed, and rotating one keeps the cache).
+Caching by content. A task's cache key is a SHA-256 over its name, the version of the code it runs
+(``code_version(module)``: its module, the project modules it imports transitively and the queries they name;
+docstrings, comments and SQL header prose left out), and its inputs. An artifact input (a reference
+``{"uri", "sha256"}``) counts by its content hash, never by its URI: URIs carry run ids, and the same work under
+another run id must hit the cache. Model checkpoints (a reference ``{"uri", "fingerprint"}``) count by their
+identity (``tasks.runtime.model_id``), configs by their JSON without their secrets (``dr_core.config.AUTH_FIELDS``:
+an API key or password is never hashed, and rotating one keeps the cache).
 
 Persistence. Results (small dicts of URIs and numbers) and cache records are stored under the artifact store
 (``<store>/_prefect/results``), so a new process, or a new machine pointed at the same S3 prefix, hits the cache.
 
 Retries. Model and storage steps retry on transient failures (engine crash, out-of-memory, S3/network errors) with
-backoff; never on bad input (``BadInput`` and the data/config errors of dr_core), which fails at once.
+backoff; never on bad input (``BAD_INPUT``: the data/config errors of dr_core), which fails at once.
 """
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 from functools import lru_cache
@@ -29,14 +32,106 @@ from dr_core.paths import REPO_DIR
 BAD_INPUT = (DataError, ValueError, TypeError, KeyError, FileNotFoundError)
 
 
-@lru_cache(maxsize=1)
-def code_version() -> str:
-    """SHA-256 (first 16 hex) over the source of dr_core, tasks and sql: any code change invalidates caches."""
+#: The project's own top-level packages: the code a step can run.
+PROJECT_PACKAGES = ("dr_core", "tasks")
+
+
+def _module_file(module: str, root: Path) -> Path | None:
+    """The source file of a project module (``pkg/mod.py`` or ``pkg/mod/__init__.py``), None if it is not one."""
+    if module.split(".")[0] not in PROJECT_PACKAGES:
+        return None
+    base = root.joinpath(*module.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _imported(tree: ast.AST, module: str) -> set[str]:
+    """Every module a source tree imports, at module level or inside a function (lazy imports run too)."""
+    found: set[str] = set()
+    package = module.rsplit(".", 1)[0] if "." in module else module
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: resolve against this module's package
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*parts, base] if base else parts)
+            found.add(base)
+            found.update(f"{base}.{a.name}" for a in node.names)  # ``from pkg import module``
+    return found
+
+
+def _code_text(tree: ast.AST) -> str:
+    """What a module does, without what it says: the AST with docstrings dropped (comments and layout are not in
+    it), so a docstring, comment or formatting edit keeps the cache."""
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) \
+                and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.dump(tree, include_attributes=False)
+
+
+def _sql_text(path: Path) -> str:
+    """A query as DuckDB runs it: the statement and its ``-- param`` declarations (defaults matter), without the
+    header's prose, so a header edit keeps the cache."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return "\n".join(line for line in lines if not line.lstrip().startswith("--") or line.lstrip()[2:].strip()
+                     .startswith("param ")).strip()
+
+
+@lru_cache(maxsize=None)
+def _parsed(source: str, module: str, sql_names: frozenset[str]) -> tuple[str, frozenset[str], frozenset[str]]:
+    """One source file: its normalised code, the modules it imports, the query names it mentions (cached by the
+    source text, so an edited file is parsed again)."""
+    tree = ast.parse(source)
+    imports = frozenset(_imported(tree, module))
+    queries = frozenset(n.value for n in ast.walk(tree)
+                        if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value in sql_names)
+    return _code_text(tree), imports, queries
+
+
+def step_code(module: str, root: Path | None = None) -> dict[str, str]:
+    """The code a step runs: the step's module, every project module it imports (transitively, lazy imports
+    included, with their packages' ``__init__``), and the ``sql/*.sql`` files named in that code.
+    Returns {relative path: normalised text}. ``root``: the repository (default ``REPO_DIR``)."""
+    root = root or REPO_DIR
+    sql_files = {p.stem: p for p in (root / "sql").glob("*.sql")}
+    names = frozenset(sql_files)
+    seen: dict[str, str] = {}
+    todo = [module]
+    while todo:
+        parts = todo.pop().split(".")
+        for i in range(1, len(parts) + 1):  # a module's packages run their __init__ first
+            name = ".".join(parts[:i])
+            path = _module_file(name, root)
+            if path is None or str(path.relative_to(root)) in seen:
+                continue
+            text, imports, queries = _parsed(path.read_text(encoding="utf-8"), name, names)
+            seen[str(path.relative_to(root))] = text
+            todo.extend(imports)
+            seen.update({str(sql_files[q].relative_to(root)): _sql_text(sql_files[q]) for q in queries})
+    return seen
+
+
+@lru_cache(maxsize=None)
+def code_version(module: str | None = None, root: Path | None = None) -> str:
+    """SHA-256 (first 16 hex) of the code a step runs (``step_code`` of its module): an edit to the report or to
+    an SQL file's header keeps a training step's cache; an edit to what the step runs misses it. With no module:
+    the whole pipeline (every module of dr_core and tasks, every query), the version recorded in ``runs``."""
+    root = root or REPO_DIR
+    if module is None:
+        files = {str(p.relative_to(root)): _code_text(ast.parse(p.read_text(encoding="utf-8")))
+                 for pkg in PROJECT_PACKAGES for p in (root / pkg).rglob("*.py")}
+        files.update({str(p.relative_to(root)): _sql_text(p) for p in (root / "sql").glob("*.sql")})
+    else:
+        files = step_code(module, root)
     h = hashlib.sha256()
-    for folder, pattern in (("dr_core", "*.py"), ("tasks", "*.py"), ("sql", "*.sql")):
-        for path in sorted((REPO_DIR / folder).rglob(pattern)):
-            h.update(str(path.relative_to(REPO_DIR)).encode())
-            h.update(path.read_bytes())
+    for rel in sorted(files):
+        h.update(rel.encode() + b"\0" + files[rel].encode() + b"\0")
     return h.hexdigest()[:16]
 
 
@@ -44,8 +139,10 @@ def _canonical(value: Any) -> Any:
     """Inputs reduced to what determines the output: artifacts by content hash, models by fingerprint; secrets
     (an engine's api_key, basic_auth, api_key_env) left out: they do not change what a model answers."""
     if isinstance(value, dict):
-        if "sha256" in value and "uri" in value:  # an ArtifactRef-shaped dict: content, not location
+        if "sha256" in value and "uri" in value:  # an artifact reference: content, not location
             return {"sha256": value["sha256"]}
+        if "fingerprint" in value and "uri" in value:  # a checkpoint reference: the model's identity, not location
+            return {"fingerprint": value["fingerprint"]}
         return {k: _canonical(v) for k, v in sorted(value.items()) if k not in {"run_id", "store", *AUTH_FIELDS}}
     if isinstance(value, (list, tuple)):
         return [_canonical(v) for v in value]
@@ -56,11 +153,12 @@ def _canonical(value: Any) -> Any:
     return value
 
 
-def content_key(task_name: str, parameters: dict[str, Any]) -> str:
-    """SHA-256 of a task's name, the code version and its canonical inputs (run id, store and round left out)."""
+def content_key(task_name: str, parameters: dict[str, Any], module: str) -> str:
+    """SHA-256 of a task's name, the version of the code it runs (``code_version(module)``, module: the task's
+    own) and its canonical inputs (run id, store and round left out)."""
     payload = {
         "task": task_name,
-        "code": code_version(),
+        "code": code_version(module),
         "inputs": _canonical({k: v for k, v in parameters.items() if k not in {"run_id", "store", "round_no"}}),
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
@@ -69,7 +167,7 @@ def content_key(task_name: str, parameters: dict[str, Any]) -> str:
 def content_cache_key(context, parameters: dict[str, Any]) -> str:
     """Prefect ``cache_key_fn``: ``content_key`` of the task run. Run ids and the store URL are left out on purpose
     (see module docstring)."""
-    return content_key(context.task.name, parameters)
+    return content_key(context.task.name, parameters, context.task.fn.__module__)
 
 
 def is_transient(exc: BaseException) -> bool:

@@ -6,7 +6,7 @@ Before any model work it writes the held-out prompts to the ``prompts`` table (d
 the audit ``sql/heldout_overlap.sql`` over the whole store: a held-out prompt that is also an anchor prompt or a
 prompt the policy was sampled on stops the run (ValueError: bad input, not retried).
 
-Cached by content like tasks/round.py: the checkpoint refs count by their sha256, so re-running a finished round
+Cached by content like tasks/round.py: the checkpoint refs count by their fingerprint, so re-running a finished round
 does no model work. Unit-test the body with ``evaluate_policy.fn(cfg, policy_ref, store, run_id, round_no)``.
 """
 
@@ -61,7 +61,8 @@ def evaluate_policy(cfg: CoevolveConfig, policy: dict, store: str, run_id: str, 
         engine_for(pol_cfg), engine_for(judge_cfg), rows, baseline=engine_for(base_cfg),
         max_tokens=pe.max_tokens, seed=cfg.round.seed,
     )
-    eval_rows = policy_eval.eval_rows(metrics, benchmark=f"{dataset_name(pe.data)}.vs-P0", checkpoint=policy["sha256"],
+    eval_rows = policy_eval.eval_rows(metrics, benchmark=f"{dataset_name(pe.data)}.vs-P0",
+                                      checkpoint=policy["fingerprint"],
                                       judge=model_id(judge_cfg), seed=cfg.round.seed)
     ref = write_ref(s, "eval", eval_rows, "policy-eval", run_id=run_id, round=round_no)
     keep = ("n", "unscorable", "win_rate", "tie_rate", "win_rate_ci95", "policy_mean_chars", "baseline_mean_chars",

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from prefect import task
 
-from dr_core.runs import round_steps as pipeline
+from dr_core.runs import round_steps
 from dr_core.presets import RoundConfig
 from dr_core.store.artifacts import Store
 from tasks.options import content_cache_key, retry_on_transient
@@ -33,14 +33,14 @@ MODEL_STEP = dict(STEP, timeout_seconds=4 * 3600)
 
 
 def _rows(store: Store, ref: dict) -> list[dict]:
-    return pipeline.rows_of(store.read(ref["uri"]))
+    return round_steps.rows_of(store.read(ref["uri"]))
 
 
 @task(name="select-inputs", **STEP)
 def select_inputs(cfg: RoundConfig, store: str) -> dict:
     """Prompts and ranked anchor lists for the round (sql/anchor_filter), written to the prompts/anchors tables."""
     s = Store.from_url(store)
-    prompt_rows, anchor_rows = pipeline.select_inputs(cfg)
+    prompt_rows, anchor_rows = round_steps.select_inputs(cfg)
     ds = f"{prompt_rows[0]['dataset']}.n{cfg.n_prompts}-a{cfg.n_anchor}-m{cfg.min_anchor_responses}"
     for r in prompt_rows + anchor_rows:
         r["dataset"] = ds
@@ -55,7 +55,7 @@ def sample(cfg: RoundConfig, prompts: dict, policy_model: str, store: str, run_i
            stage: str) -> dict:
     """K responses per prompt from the policy."""
     s = Store.from_url(store)
-    rows = pipeline.sample_sets(engine_for(cfg.engines.policy), _rows(s, prompts), cfg, policy_model, stage)
+    rows = round_steps.sample_sets(engine_for(cfg.engines.policy), _rows(s, prompts), cfg, policy_model, stage)
     return write_ref(s, "samples", rows, f"{stage}-samples", run_id=run_id, round=round_no)
 
 
@@ -64,8 +64,8 @@ def generate_rubrics(cfg: RoundConfig, prompts: dict, samples: dict, generator_m
                      round_no: int, stage: str) -> dict:
     """The generator's rubric list(s) for every response set."""
     s = Store.from_url(store)
-    rows, cost = pipeline.write_rubrics(engine_for(cfg.engines.generator), _rows(s, prompts), _rows(s, samples),
-                                        cfg, generator_model, stage)
+    rows, cost = round_steps.generate_rubric_rows(engine_for(cfg.engines.generator), _rows(s, prompts),
+                                               _rows(s, samples), cfg, generator_model, stage)
     return write_ref(s, "rubrics", rows, f"{stage}-rubrics", run_id=run_id, round=round_no) | {"cost": cost}
 
 
@@ -74,7 +74,7 @@ def verify(cfg: RoundConfig, prompts: dict, samples: dict, anchors: dict, rubric
            store: str, run_id: str, round_no: int, stage: str) -> dict:
     """The frozen verifier's yes/no for every rubric item on every response of C and of the anchor list."""
     s = Store.from_url(store)
-    rows, cost = pipeline.verify_sets(engine_for(cfg.engines.verifier), _rows(s, prompts), _rows(s, samples),
+    rows, cost = round_steps.verify_sets(engine_for(cfg.engines.verifier), _rows(s, prompts), _rows(s, samples),
                                       _rows(s, anchors), _rows(s, rubrics), verifier_model, stage)
     return write_ref(s, "verdicts", rows, f"{stage}-verdicts", run_id=run_id, round=round_no) | {"cost": cost}
 
@@ -83,7 +83,7 @@ def verify(cfg: RoundConfig, prompts: dict, samples: dict, anchors: dict, rubric
 def score(rubrics: dict, verdicts: dict, store: str, run_id: str, round_no: int, stage: str) -> dict:
     """Eq. 12 scores, R_disc, R_anchor and advantages (no model work)."""
     s = Store.from_url(store)
-    score_rows, reward_rows = pipeline.score_sets(_rows(s, rubrics), _rows(s, verdicts), stage)
+    score_rows, reward_rows = round_steps.score_sets(_rows(s, rubrics), _rows(s, verdicts), stage)
     return {
         "scores": write_ref(s, "scores", score_rows, f"{stage}-scores", run_id=run_id, round=round_no),
         "rewards": write_ref(s, "rewards", reward_rows, f"{stage}-rewards", run_id=run_id, round=round_no),
@@ -95,7 +95,7 @@ def evaluate_evaluator(cfg: RoundConfig, generator_model: str, verifier_model: s
                        round_no: int) -> dict:
     """Strict accuracy of generator + verifier on the preset's held-out preference slice."""
     s = Store.from_url(store)
-    rows, metrics = pipeline.evaluate_evaluator(engine_for(cfg.engines.generator), engine_for(cfg.engines.verifier),
+    rows, metrics = round_steps.evaluate_evaluator(engine_for(cfg.engines.generator), engine_for(cfg.engines.verifier),
                                                 cfg, generator_model, verifier_model)
     return write_ref(s, "eval", rows, "evaluator", run_id=run_id, round=round_no) | {"metrics": metrics}
 
@@ -105,7 +105,7 @@ def summarise(artifacts: dict, eval_ref: dict | None, store: str) -> dict:
     """The round's summary numbers from its artifacts (no model work)."""
     s = Store.from_url(store)
     get = {k: _rows(s, artifacts[k]) for k in ("prompts", "samples", "rubrics", "verdicts", "scores", "rewards")}
-    return pipeline.summarise(get["prompts"], get["samples"], get["rubrics"], get["verdicts"], get["scores"],
+    return round_steps.summarise(get["prompts"], get["samples"], get["rubrics"], get["verdicts"], get["scores"],
                               get["rewards"], eval_ref["metrics"] if eval_ref else None)
 
 
@@ -146,7 +146,7 @@ def record_run(cfg: RoundConfig, store: str, run_id: str, round_no: int, status:
       retry_condition_fn=retry_on_transient)
 def record_steps(store: str, run_id: str, round_no: int, flow: str, execution: str, entries: dict) -> str:
     """The flow's step log for one round as ``steps`` rows, one file per (execution, round): a rewrite replaces it."""
-    rows = pipeline.step_rows(entries, flow, execution)
+    rows = round_steps.step_rows(entries, flow, execution)
     return Store.from_url(store).write("steps", rows, part=f"exec-{execution}", run_id=run_id, round=round_no)
 
 

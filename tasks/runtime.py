@@ -1,27 +1,28 @@
 """What the tasks share at run time: artifact references, the per-process engine pool, model identities, and
 where Prefect persists results and cache records (inside the artifact store).
 
-An artifact reference is a small dict ``{"uri", "sha256", "rows"}``: tasks pass these, never frames. The cache key
-of a downstream task uses the sha256, not the uri (tasks/options.py).
+An artifact reference is a small dict ``{"uri", "sha256", "rows"}`` (``sha256``: the part file's content hash):
+tasks pass these, never frames. A checkpoint reference is ``{"uri", "fingerprint"}`` (``model_id``: an identity,
+not a file hash; tasks/train.py). The cache key of a downstream task uses the sha256 or the fingerprint, not the
+uri (tasks/options.py).
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import threading
 from functools import lru_cache
 from pathlib import Path
 from urllib.parse import urlparse
 
 from dr_core.config import EngineConfig, redact_url
-from dr_core.engines import Engine, make_engine
-from dr_core.model import is_bundled, model_identity, prepare
+from dr_core.engines import Engine
+from dr_core.engines.pool import EnginePool
+from dr_core.hashing import update_from_file
+from dr_core.model import is_bundled, model_identity
 from dr_core.store.artifacts import Store
 
-_POOL: dict[EngineConfig, Engine] = {}
-_EXTERNAL: set[EngineConfig] = set()
-_POOL_LOCK = threading.Lock()
+_POOL = EnginePool(max_local=lambda: int(os.environ.get("DR_MAX_ENGINES", "3")))
 
 
 def write_ref(store: Store, table: str, rows, part: str, **keys) -> dict:
@@ -34,38 +35,18 @@ def engine_for(cfg: EngineConfig) -> Engine:
     """One engine per distinct config per process, so a round's steps share loaded models. At most
     ``$DR_MAX_ENGINES`` (default 3: generator, verifier, policy) in-process vLLM engines stay loaded; asking for
     another closes the least recently used one first."""
-    with _POOL_LOCK:
-        if cfg in _POOL:
-            _POOL[cfg] = _POOL.pop(cfg)  # most recently used last
-            return _POOL[cfg]
-        if cfg.kind == "vllm":
-            local = [c for c in _POOL if c.kind == "vllm"]
-            while len(local) >= int(os.environ.get("DR_MAX_ENGINES", "3")):
-                oldest = local.pop(0)
-                engine = _POOL.pop(oldest)
-                if oldest not in _EXTERNAL:
-                    engine.close()
-            if is_bundled(cfg.model):
-                prepare(cfg.model)
-        _POOL[cfg] = make_engine(cfg)
-        return _POOL[cfg]
+    return _POOL.get(cfg)
 
 
 def adopt_engine(cfg: EngineConfig, engine: Engine) -> None:
     """Let the tasks use an engine the caller built (and will close) for ``cfg``: a notebook's or a test
     session's already-loaded model."""
-    with _POOL_LOCK:
-        _POOL[cfg] = engine
-        _EXTERNAL.add(cfg)
+    _POOL.adopt(cfg, engine)
 
 
 def close_engines() -> None:
-    with _POOL_LOCK:
-        while _POOL:
-            cfg, engine = _POOL.popitem()
-            if cfg not in _EXTERNAL:
-                engine.close()
-        _EXTERNAL.clear()
+    """Close the process's engines (adopted ones are left to their owner)."""
+    _POOL.close()
 
 
 @lru_cache(maxsize=64)
@@ -75,8 +56,7 @@ def _dir_fingerprint(path: str) -> str:
         if f.is_file() and (f.suffix in {".json", ".safetensors", ".bin", ".model", ".txt", ".jinja"}):
             h.update(f.name.encode())
             with f.open("rb") as fh:
-                while chunk := fh.read(1 << 22):
-                    h.update(chunk)
+                update_from_file(h, fh)
     return h.hexdigest()[:16]
 
 
@@ -95,18 +75,18 @@ def result_storage(store_url: str):
     plain path; an S3 store a RemoteFileSystem block (saved, as Prefect requires; it holds no credentials: s3fs
     reads them from the environment at run time)."""
     store = Store.from_url(store_url)
-    if store.protocol == "file":
-        return Path(store.root) / "_prefect" / "results"
+    local = store.local_root()
+    if local is not None:
+        return local / "_prefect" / "results"
     from prefect.filesystems import RemoteFileSystem
 
     opts = store.s3
     # the store's own budget (dr_core.store.artifacts.S3Options: timeouts, one retry loop), never its keys
     settings = {"config_kwargs": {"connect_timeout": opts.connect_timeout_s, "read_timeout": opts.read_timeout_s,
                                   "retries": {"total_max_attempts": 1, "mode": "standard"}}}
-    endpoint = opts.endpoint_url or getattr(store.fs, "endpoint_url", None)
-    if endpoint:
-        settings["client_kwargs"] = {"endpoint_url": endpoint}
-    block = RemoteFileSystem(basepath=f"s3://{store.root}/_prefect/results", settings=settings)
+    if store.endpoint_url:
+        settings["client_kwargs"] = {"endpoint_url": store.endpoint_url}
+    block = RemoteFileSystem(basepath=f"{store.url}/_prefect/results", settings=settings)
     name = "dr-results-" + hashlib.sha256(block.basepath.encode()).hexdigest()[:12]
     block.save(name, overwrite=True)
     return RemoteFileSystem.load(name)

@@ -4,8 +4,9 @@ Each task materialises its base checkpoint, trains with ``dr_core.train.grpo`` (
 rubric, verdicts and rewards/scores to the store (stage ``generator`` / ``policy``), saves the new checkpoint
 beside the store (``<store>/models/...``) and registers it in the ``checkpoints`` table with its parent.
 
-A checkpoint reference is ``{"uri", "sha256"}``: ``uri`` is where it lives (``default`` for the prepared default
-model), ``sha256`` its identity (a hash of its files), which is what the cache key sees. So a re-run of a finished
+A checkpoint reference is ``{"uri", "fingerprint"}``: ``uri`` is where it lives (``default`` for the prepared default
+model), ``fingerprint`` its identity (``tasks.runtime.model_id``: a bundled model's checkpoint name, else the
+directory's name and a hash of its files), which is what the cache key sees. So a re-run of a finished
 round does no training, and a failed training resumes from TRL's last checkpoint in the same scratch directory
 (``<cache>/train/<role>/<content key>``) when Prefect retries it or the user re-runs. Once the new checkpoint is in
 the store and registered, the scratch directory is deleted (it holds another copy of the model) unless the role's
@@ -21,9 +22,9 @@ from pathlib import Path
 from prefect import task
 
 from dr_core.store import checkpoints
-from dr_core.runs import round_steps as pipeline
+from dr_core.runs import round_steps
 from dr_core.scoring import signals
-from dr_core.train import records as training_records
+from dr_core.train import records
 from dr_core.config import DEFAULT_MODEL, EngineConfig
 from dr_core.train.grpo import train_generator as grpo_train_generator
 from dr_core.train.grpo import train_policy as grpo_train_policy
@@ -46,7 +47,7 @@ def default_ref(name: str = DEFAULT_MODEL) -> dict:
     """The reference of a bundled model as a training start (round 0): uri = its name, identity = its checkpoint."""
     from dr_core.model import model_identity
 
-    return {"uri": name, "sha256": model_identity(name)}
+    return {"uri": name, "fingerprint": model_identity(name)}
 
 
 def base_ref(cfg: EngineConfig) -> dict:
@@ -68,10 +69,10 @@ def local_dir(store: Store, ref: dict) -> Path:
 def _scratch(role: str, inputs: dict) -> Path:
     """TRL's working directory for one update, named by the update's content key: the same inputs resume there after
     a crash; any other inputs (another store, config or parent) never reuse its checkpoints."""
-    return cache_dir() / "train" / role / content_key(f"train-{role}", inputs)[:20]
+    return cache_dir() / "train" / role / content_key(f"train-{role}", inputs, __name__)[:20]
 
 
-def _rollouts(sink: training_records.RolloutSink, scratch: Path) -> training_records.RolloutSink:
+def _rollouts(sink: records.RolloutSink, scratch: Path) -> records.RolloutSink:
     """Keep the rollout records beside the training output, so an update finished earlier (TRL returns its saved
     result without training) still writes its rollouts to this store."""
     path = scratch / "rollouts.jsonl"
@@ -100,7 +101,7 @@ def _finish(s: Store, result, role: str, base: dict, run_id: str, round_no: int,
     uri = checkpoints.save(s, result.checkpoint, run_id, round_no, role)
     checkpoints.register(s, run_id, round_no, role, uri, parent=base["uri"], metrics=metrics)
     local = checkpoints.materialise(s, uri)
-    ref = {"uri": uri, "sha256": model_id(EngineConfig(model=str(local))), **metrics}
+    ref = {"uri": uri, "fingerprint": model_id(EngineConfig(model=str(local))), **metrics}
     if scratch is not None:
         shutil.rmtree(scratch, ignore_errors=True)
     return ref
@@ -111,10 +112,10 @@ def train_generator(cfg: CoevolveConfig, prompts: dict, samples: dict, anchors: 
                     store: str, run_id: str, round_no: int) -> dict:
     """G(t-1) -> G(t) on the current policy's sets (R_disc + lam R_anchor, Eq. 24-25)."""
     s = Store.from_url(store)
-    p, c, a = (pipeline.rows_of(s.read(r["uri"])) for r in (prompts, samples, anchors))
-    rows = training_records.generator_rows(p, c, a)
-    sink = training_records.RolloutSink(base["sha256"], verifier_model, cfg.generator.num_generations,
-                                        anchor_ranks=training_records.anchor_ranks(p, c, a))
+    p, c, a = (round_steps.rows_of(s.read(r["uri"])) for r in (prompts, samples, anchors))
+    rows = records.generator_rows(p, c, a)
+    sink = records.RolloutSink(base["fingerprint"], verifier_model, cfg.generator.num_generations,
+                               anchor_ranks=records.anchor_ranks(p, c, a))
     scratch = _scratch("generator", dict(cfg=cfg, prompts=prompts, samples=samples, anchors=anchors, base=base,
                                          verifier=verifier_model))
     result = grpo_train_generator(local_dir(s, base), rows, engine_for(cfg.round.engines.verifier), cfg.generator,
@@ -131,9 +132,9 @@ def train_policy(cfg: CoevolveConfig, prompts: dict, base: dict, generator: dict
     """P(t-1) -> P(t) with rewards from the fixed G(t) and the frozen verifier (Eq. 12 scores, Eq. 21)."""
     s = Store.from_url(store)
     gen_cfg = cfg.round.engines.generator.model_copy(update={"model": str(local_dir(s, generator))})
-    rows = training_records.policy_rows(pipeline.rows_of(s.read(prompts["uri"])))
-    sink = training_records.RolloutSink(base["sha256"], verifier_model, cfg.policy.num_generations,
-                                        generator=generator["sha256"])
+    rows = records.policy_rows(round_steps.rows_of(s.read(prompts["uri"])))
+    sink = records.RolloutSink(base["fingerprint"], verifier_model, cfg.policy.num_generations,
+                               generator=generator["fingerprint"])
     scratch = _scratch("policy", dict(cfg=cfg, prompts=prompts, base=base, generator=generator,
                                       verifier=verifier_model))
     result = grpo_train_policy(local_dir(s, base), rows, engine_for(gen_cfg), engine_for(cfg.round.engines.verifier),

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 
 import pytest
+
+from tests.netutil import free_port, wait_for_http
 
 #: Small context: the tests' prompts are short, and a small KV cache starts faster.
 TEST_MAX_MODEL_LEN = 2048
@@ -40,19 +40,11 @@ def vllm_engine(default_model_dir):
     engine.close()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="session")
 def vllm_server(default_model_dir, tmp_path_factory):
     """Base URL of a real `vllm.entrypoints.openai.api_server` serving the default model (about 30-60 s to start)."""
     pytest.importorskip("vllm", reason="vllm (the cpu or gpu extra) is not installed")
-    import httpx
-
-    port = _free_port()
+    port = free_port()
     log = tmp_path_factory.mktemp("vllm-server") / "server.log"
     env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", VLLM_LOGGING_LEVEL="WARNING")
     cmd = [
@@ -64,18 +56,7 @@ def vllm_server(default_model_dir, tmp_path_factory):
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env)
     base = f"http://127.0.0.1:{port}/v1"
     try:
-        deadline = time.monotonic() + 300
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"vLLM server exited with {proc.returncode}; log:\n{log.read_text()[-3000:]}")
-            try:
-                if httpx.get(f"{base}/models", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"vLLM server not ready after 300 s; log:\n{log.read_text()[-3000:]}")
-            time.sleep(1)
+        wait_for_http(f"{base}/models", timeout=300, what="vLLM server", proc=proc, interval=1, log=log)
         yield base
     finally:
         if proc.poll() is None:

@@ -6,27 +6,19 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.netutil import free_port, wait_for_http
 
 
 @contextlib.contextmanager
 def prefect_server(home: Path, timeout: float = 180.0):
     """A real ``prefect server`` on 127.0.0.1 with its own PREFECT_HOME; yields its API URL once healthy, and is
     stopped by its process group id (SIGTERM, then SIGKILL after 30 s)."""
-    import httpx
-
     home.mkdir(parents=True, exist_ok=True)
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
@@ -36,16 +28,8 @@ def prefect_server(home: Path, timeout: float = 180.0):
                              str(port)], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     api = f"http://127.0.0.1:{port}/api"
     try:
-        deadline = time.monotonic() + timeout
-        while True:
-            assert proc.poll() is None, (home / "server.log").read_text()[-3000:]
-            try:
-                if httpx.get(f"{api}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, f"prefect server not healthy in {timeout:.0f} s"
-            time.sleep(0.5)
+        wait_for_http(f"{api}/health", timeout=timeout, what="prefect server health", proc=proc,
+                      log=home / "server.log")
         yield api
     finally:
         try:

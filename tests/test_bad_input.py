@@ -304,7 +304,7 @@ def guarded(monkeypatch, tmp_path):
     import flows.anchor_refresh, flows.coevolve, flows.round, flows.stale_fresh  # noqa: E401,F401
     import tasks.policy_eval, tasks.round, tasks.runtime, tasks.stale_fresh, tasks.train  # noqa: E401,F401
 
-    for target in ("dr_core.runs.evaluate.open_engines", "dr_core.runs.policy_eval._Engines.get", "dr_core.model.prepare",
+    for target in ("dr_core.engines.pool.EnginePool.open_roles", "dr_core.engines.pool.EnginePool.get", "dr_core.model.prepare",
                    "dr_core.engines.make_engine", "dr_core.runs.reward_model.RewardModel", "flows.round.round_flow",
                    "flows.coevolve.coevolve_flow"):
         monkeypatch.setattr(target, boom)

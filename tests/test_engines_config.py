@@ -55,6 +55,6 @@ def test_engines_file_per_role(tmp_path):
 def test_make_engine_imports_implementations_lazily():
     import subprocess
 
-    code = "import sys, dr_core.engines, dr_core.evaluator.evaluate, dr_core.runs.evaluate; print('vllm' in sys.modules)"
+    code = "import sys, dr_core.engines, dr_core.evaluator.score, dr_core.evaluator.calibrate, dr_core.runs.evaluate; print('vllm' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -9,7 +9,6 @@ in one line "<url>/chat/completions: <cause> after N attempts (timeout Xs, conne
 from __future__ import annotations
 
 import json
-import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -19,6 +18,7 @@ import pytest
 from dr_core.config import EngineConfig
 from dr_core.engines import EngineError, make_engine
 from dr_core.engines import openai_http
+from tests.netutil import free_port
 
 CONV = [[{"role": "user", "content": "Hi"}]]
 
@@ -95,12 +95,6 @@ def engine(url: str, **fields):
     cfg = dict(kind="openai_http", base_url=url, model="served", attempts=3, retry_backoff_s=0.01, timeout_s=5,
                connect_timeout_s=2) | fields
     return make_engine(EngineConfig(**cfg))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # -- malformed replies ----------------------------------------------------------------------------------------------

@@ -6,47 +6,27 @@ import numpy as np
 import pytest
 
 from dr_core.rubric import prompts
-from dr_core.engines.base import PROMPT_TOO_LONG, Completion, Engine, check_request
-from dr_core.runs.evaluate import eval_items, evaluator_metrics, set_records, write_json_atomic
-from dr_core.evaluator.evaluate import (
-    Check,
-    EvalItem,
-    evaluate_sets,
-    generate_rubrics,
-    parse_verdict,
-    score_rubrics,
-    shuffled_order,
-    verify,
-)
+from dr_core.engines.base import PROMPT_TOO_LONG
+from dr_core.runs.evaluate import eval_items, set_records
+from dr_core.scoring.metrics import evaluator_metrics
+from dr_core.store.atomic import write_json_atomic
+from dr_core.evaluator.generate import generate_rubrics, shuffled_order
+from dr_core.evaluator.items import Check, EvalItem
+from dr_core.evaluator.score import evaluate_sets, score_rubrics
+from dr_core.evaluator.verify import parse_verdict, verify
 from dr_core.rubric.schema import UNSCORABLE
-from tests.fakes import verifier_check
+from tests.fakes import FakeEngine
 
 
-class FakeEngine(Engine):
-    """Generator: returns ``rubric_text`` (or a scripted function of the conversation). Verifier: "yes" when the
-    criterion's last word occurs in the response, else "no"; ``verdict_override`` maps a criterion to raw output."""
+def fake_engine(rubric_text="", finish="stop", verdict_override=None) -> FakeEngine:
+    """Generator: returns ``rubric_text``. Verifier: "yes" when the criterion's last word occurs in the response,
+    else "no"; ``verdict_override`` maps a criterion to raw output."""
 
-    model_name = "fake"
+    def verdict(req):
+        crit, resp = req.check()
+        return (verdict_override or {}).get(crit, "yes" if crit.split()[-1] in resp else "no")
 
-    def __init__(self, rubric_text="", finish="stop", verdict_override=None):
-        self.rubric_text, self.finish = rubric_text, finish
-        self.verdict_override = verdict_override or {}
-        self.calls = []
-
-    def chat(self, conversations, *, n=1, temperature=0.0, max_tokens=256, json_schema=None, choices=None, seed=None):
-        check_request(n, max_tokens, json_schema, choices)
-        self.calls.append({"conversations": conversations, "choices": choices, "json_schema": json_schema})
-        out = []
-        for conv in conversations:
-            user = conv[-1]["content"]
-            if choices:
-                crit, resp = verifier_check(user)
-                text, fin = self.verdict_override.get(crit, ("yes" if crit.split()[-1] in resp else "no", "stop"))
-            else:
-                text = self.rubric_text(user) if callable(self.rubric_text) else self.rubric_text
-                fin = self.finish
-            out.append(Completion((text,) * n, (fin,) * n, len(user), (3,) * n, 0))
-        return out
+    return FakeEngine(rubric_text, finish=finish, verdict=verdict)
 
 
 RUBRIC = json.dumps({"rubrics": [{"criterion": "mentions apple", "weight": 3}, {"criterion": "mentions pear", "weight": 1}]})
@@ -63,11 +43,11 @@ def test_shuffled_order_is_seeded_per_item_and_seed():
 
 
 def test_generator_sees_candidates_in_the_recorded_permutation():
-    eng = FakeEngine(RUBRIC)
+    eng = fake_engine(RUBRIC)
     rubrics, stats = generate_rubrics(eng, ITEMS, [0, 1, 2])
     assert [len(r) for r in rubrics] == [3, 3] and stats.requests == 6
-    convs = eng.calls[0]["conversations"]
-    assert eng.calls[0]["json_schema"] == prompts.GENERATOR_JSON_SCHEMA
+    convs = eng.calls[0].conversations
+    assert eng.calls[0].json_schema == prompts.GENERATOR_JSON_SCHEMA
     for k, g in enumerate(rubrics[0]):
         user = convs[k]["content"] if isinstance(convs[k], dict) else convs[k][-1]["content"]
         shown = [ITEMS[0].candidates[i] for i in g.permutation]
@@ -78,10 +58,10 @@ def test_generator_sees_candidates_in_the_recorded_permutation():
 
 
 def test_static_mode_never_shows_responses():
-    eng = FakeEngine(RUBRIC)
+    eng = fake_engine(RUBRIC)
     rubrics, _ = generate_rubrics(eng, ITEMS, [0, 1], mode="static")
     assert all(g.permutation == () for row in rubrics for g in row)
-    for conv in eng.calls[0]["conversations"]:
+    for conv in eng.calls[0].conversations:
         assert "apple only" not in conv[-1]["content"] and "[RESPONSE" not in conv[-1]["content"]
 
 
@@ -96,13 +76,13 @@ def test_static_mode_never_shows_responses():
     ],
 )
 def test_unusable_generations_are_unscorable_with_a_reason(text, finish, error):
-    rubrics, _ = generate_rubrics(FakeEngine(text, finish), ITEMS[:1], [0])
+    rubrics, _ = generate_rubrics(fake_engine(text, finish), ITEMS[:1], [0])
     g = rubrics[0][0]
     assert g.rubric is UNSCORABLE and g.error == error
 
 
 def test_unstructured_generation_recovers_line_items():
-    rubrics, _ = generate_rubrics(FakeEngine("[3] mentions apple\n[1] mentions pear"), ITEMS[:1], [0], structured=False)
+    rubrics, _ = generate_rubrics(fake_engine("[3] mentions apple\n[1] mentions pear"), ITEMS[:1], [0], structured=False)
     assert rubrics[0][0].rubric.weights == [3, 1]
 
 
@@ -116,30 +96,30 @@ def test_parse_verdict(text, finish, expected):
 
 
 def test_verify_dedups_groups_and_keeps_order():
-    eng = FakeEngine()
+    eng = fake_engine()
     checks = [Check("p", "apple", "has apple"), Check("q", "pear", "has apple"), Check("p", "apple", "has pear"),
               Check("p", "apple", "has apple")]
     verdicts, stats = verify(eng, checks)
     assert verdicts == [1, 0, 0, 1]
-    assert stats.requests == 3 and eng.calls[0]["choices"] == list(prompts.VERDICT_CHOICES)
-    sent = [c[-1]["content"] for c in eng.calls[0]["conversations"]]
+    assert stats.requests == 3 and eng.calls[0].choices == list(prompts.VERDICT_CHOICES)
+    sent = [c[-1]["content"] for c in eng.calls[0].conversations]
     assert ["[RESPONSE]\napple" in s for s in sent] == [True, True, False]  # same response adjacent
 
 
 def test_verify_uses_the_engines_verifier_prompt_and_an_override_wins():
     from dr_core.config import EngineConfig
 
-    eng = FakeEngine()
+    eng = fake_engine()
     eng.config = EngineConfig(verifier_prompt="plain")
     checks = [Check("p", "apple", "has apple"), Check("p", "pear", "has apple")]
     assert verify(eng, checks)[0] == [1, 0]
-    assert [[m["role"] for m in c] for c in eng.calls[-1]["conversations"]] == [["user"], ["user"]]
+    assert [[m["role"] for m in c] for c in eng.calls[-1].conversations] == [["user"], ["user"]]
     assert verify(eng, checks, verifier_prompt="system")[0] == [1, 0]
-    assert [c[0]["role"] for c in eng.calls[-1]["conversations"]] == ["system", "system"]
+    assert [c[0]["role"] for c in eng.calls[-1].conversations] == ["system", "system"]
 
 
 def test_score_rubrics_matrix_scores_rdisc():
-    eng = FakeEngine(RUBRIC)
+    eng = fake_engine(RUBRIC)
     ev = evaluate_sets(eng, eng, ITEMS, [0])
     r = ev.results[0][0]
     assert r.verdicts == [[1, 1], [1, 0], [0, 0]]
@@ -150,7 +130,7 @@ def test_score_rubrics_matrix_scores_rdisc():
 
 
 def test_unscorable_verdict_makes_that_response_unscorable_never_zero():
-    eng = FakeEngine(RUBRIC, verdict_override={"mentions pear": ("perhaps", "stop")})
+    eng = fake_engine(RUBRIC, verdict_override={"mentions pear": "perhaps"})
     ev = evaluate_sets(eng, eng, ITEMS[:1], [0])
     r = ev.results[0][0]
     assert r.scores == [None, None, None] and r.r_disc is UNSCORABLE
@@ -158,7 +138,7 @@ def test_unscorable_verdict_makes_that_response_unscorable_never_zero():
 
 
 def test_anchors_get_scores_and_r_anchor():
-    eng = FakeEngine(RUBRIC)
+    eng = fake_engine(RUBRIC)
     item = EvalItem("fruit?", ("apple", "nothing"), anchors=("apple and pear", "apple", "nothing"))
     results, _ = score_rubrics(eng, [item], generate_rubrics(eng, [item], [0])[0])
     r = results[0][0]
@@ -174,7 +154,7 @@ def test_metrics_pairwise_strict_with_ties_and_unscorable(tmp_path):
     ]
     f.write_text("".join(json.dumps(r) + "\n" for r in rows))
     _, items, rel = eval_items(f, "pairwise")
-    ev = evaluate_sets(FakeEngine(RUBRIC), FakeEngine(RUBRIC), items, [0, 1])
+    ev = evaluate_sets(fake_engine(RUBRIC), fake_engine(RUBRIC), items, [0, 1])
     m = evaluator_metrics("pairwise", ev, rel)
     assert m["n"] == 3 and m["seeds"] == 2
     assert m["accuracy"] == pytest.approx(1 / 3) and m["ties"] == pytest.approx(1 / 3) and m["unscorable"] == 0
@@ -186,9 +166,9 @@ def test_metrics_listwise_has_ndcg_and_counts_failed_rubrics(tmp_path):
     f.write_text(json.dumps({"id": "x", "prompt": "p", "best": "apple pear", "others": ["apple", "nothing"]}) + "\n")
     _, items, rel = eval_items(f, "listwise")
     assert rel == [[1.0, 0.0, 0.0]]
-    m = evaluator_metrics("listwise", evaluate_sets(FakeEngine(RUBRIC), FakeEngine(), items, [0]), rel)
+    m = evaluator_metrics("listwise", evaluate_sets(fake_engine(RUBRIC), fake_engine(), items, [0]), rel)
     assert m["accuracy"] == 1.0 and m["ndcg"] == pytest.approx(1.0)
-    bad = evaluator_metrics("listwise", evaluate_sets(FakeEngine("oops"), FakeEngine(), items, [0]), rel)
+    bad = evaluator_metrics("listwise", evaluate_sets(fake_engine("oops"), fake_engine(), items, [0]), rel)
     assert bad["accuracy"] == 0.0 and bad["unscorable"] == 1.0 and bad["rubric_failures"] == {"not_json": 1}
 
 
@@ -203,7 +183,7 @@ def test_set_records_are_json_ready():
     from dr_core.datasets import ResponseSet
 
     rows = [ResponseSet("s1", "fruit?", ("apple and pear", "apple only", "nothing"))]
-    ev = evaluate_sets(FakeEngine(RUBRIC), FakeEngine(), [EvalItem(r.prompt, r.responses) for r in rows], [0, 1])
+    ev = evaluate_sets(fake_engine(RUBRIC), fake_engine(), [EvalItem(r.prompt, r.responses) for r in rows], [0, 1])
     rec = set_records(rows, ev)[0]
     json.dumps(rec)
     assert rec["mean_scores"] == pytest.approx([1.0, 0.75, 0.0]) and len(rec["seeds"]) == 2
@@ -222,6 +202,6 @@ def test_atomic_write_leaves_nothing_on_failure(tmp_path):
 def test_repeated_criterion_is_dropped_and_counted_not_fatal():
     rep = json.dumps({"rubrics": [{"criterion": "mentions apple", "weight": 3}, {"criterion": "Mentions apple.", "weight": 2},
                                   {"criterion": "mentions pear", "weight": 1}]})
-    rubrics, _ = generate_rubrics(FakeEngine(rep), ITEMS[:1], [0])
+    rubrics, _ = generate_rubrics(fake_engine(rep), ITEMS[:1], [0])
     g = rubrics[0][0]
     assert g.rubric.criteria == ["mentions apple", "mentions pear"] and g.dropped == 1 and g.error is None

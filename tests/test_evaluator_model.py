@@ -5,9 +5,13 @@ import pytest
 from dr_core.datasets import load_pairwise, load_ranked
 import json
 
-from dr_core.evaluator.evaluate import Check, EvalItem, evaluate_sets, verdict_bias, verify
+from dr_core.evaluator.calibrate import verdict_bias
+from dr_core.evaluator.items import Check, EvalItem
+from dr_core.evaluator.score import evaluate_sets
+from dr_core.evaluator.verify import verify
 from dr_core.paths import bundled
 from dr_core.rubric.schema import UNSCORABLE
+from tests.reference import eq12
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -29,7 +33,11 @@ def test_dynamic_evaluation_of_human_pairs_with_anchors(vllm_engine):
             m = len(r.generation.rubric.items)
             assert len(r.verdicts) == len(item.candidates) and all(len(v) == m for v in r.verdicts)
             assert all(v in (0, 1, UNSCORABLE) for row_ in r.verdicts for v in row_)
-            assert all(s is UNSCORABLE or 0.0 <= s <= 1.0 for s in r.scores)
+            for score, v in zip(r.scores, r.verdicts, strict=True):  # Eq. 12 of the row's own verdicts
+                if UNSCORABLE in v:
+                    assert score is UNSCORABLE
+                else:
+                    assert score == pytest.approx(eq12(r.generation.rubric.weights, [v])[0])
             if item.anchors:
                 assert len(r.anchor_scores) == 3
 

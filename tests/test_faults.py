@@ -37,6 +37,7 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures_prefect import prefect_server
+from tests.netutil import kill_group, wait_until
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -57,14 +58,6 @@ ENV_CLEARED = ("DR_FAULT", "DR_FAULT_DIR", "DR_STORE", "PREFECT_API_URL", "AWS_E
 
 
 # ------------------------------------------------------------------------------------------------ helpers
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    """SIGKILL a run's whole process group (started with start_new_session), if it is still there."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def _engines(path: Path, base_url: str, **extra) -> Path:
@@ -97,11 +90,11 @@ def _run(cmd: list[str], env: dict, timeout: float, log: Path) -> tuple[int, str
         try:
             rc = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            _kill_group(proc)
+            kill_group(proc)
             proc.wait()
             pytest.fail(f"{cmd[:5]} did not finish in {timeout} s (a hang); output:\n{log.read_text()[-4000:]}")
         finally:
-            _kill_group(proc)
+            kill_group(proc)
     return rc, log.read_text(errors="replace"), time.monotonic() - start
 
 
@@ -303,15 +296,13 @@ def test_real_full_disk_on_a_tmpfs_leaves_nothing_partial(ctx, reference, case):
             proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=fh, stderr=subprocess.STDOUT,
                                     start_new_session=True)
         try:
-            deadline = time.monotonic() + 120
-            while not (fault_dir / "generate-rubrics.paused").exists():
-                assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
-                time.sleep(0.05)
+            wait_until((fault_dir / "generate-rubrics.paused").exists, timeout=120, interval=0.05,
+                       what="the run to pause in generate-rubrics", proc=proc, log=log)
             filler = _fill(disk)
             (fault_dir / "generate-rubrics.continue").write_text("")
             rc = proc.wait(timeout=120)
         finally:
-            _kill_group(proc)
+            kill_group(proc)
         text = log.read_text(errors="replace")
         assert rc not in (0, -signal.SIGKILL) and "No space left on device" in text, text[-3000:]
         assert temp_files(store) == [] and list(store.glob("rubrics/**/*.parquet")) == []
@@ -391,15 +382,12 @@ def test_s3_server_stopped_mid_round_then_restarted(ctx, reference, case):
                "--engines", str(ctx.engines), "--json", str(out)]
         env = ctx.env(case / "cache", DR_FAULT="pause@verify#1", DR_FAULT_DIR=str(fault_dir), **weed.env)
         log = case / "paused.log"
-        start = time.monotonic()
         with open(log, "wb") as fh:
             proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=fh, stderr=subprocess.STDOUT,
                                     start_new_session=True)
         try:
-            while not (fault_dir / "verify.paused").exists():
-                assert proc.poll() is None, log.read_text()[-3000:]
-                assert time.monotonic() - start < 120, "the run never reached verify"
-                time.sleep(0.05)
+            wait_until((fault_dir / "verify.paused").exists, timeout=120, interval=0.05,
+                       what="the run to pause in verify", proc=proc, log=log)
             _kill(weed)
             (fault_dir / "verify.continue").write_text("")
             stopped = time.monotonic()
@@ -409,7 +397,7 @@ def test_s3_server_stopped_mid_round_then_restarted(ctx, reference, case):
                 pytest.fail(f"the run hung with its S3 server down:\n{log.read_text()[-3000:]}")
             failed_after = time.monotonic() - stopped
         finally:
-            _kill_group(proc)
+            kill_group(proc)
         text = log.read_text(errors="replace")
         assert rc not in (0, -signal.SIGKILL), text[-3000:]
         assert not out.exists()
@@ -447,8 +435,8 @@ def _grpo_driver(store: str, engines: str, tiny: str, out: str) -> None:
     from tasks.runtime import write_ref
 
     s = Store.from_url(store)
-    base = {"uri": checkpoints.save(s, tiny, "start", 0, "policy"), "sha256": "tiny-policy"}
-    gen = {"uri": checkpoints.save(s, tiny, "start", 0, "generator"), "sha256": "tiny-generator"}
+    base = {"uri": checkpoints.save(s, tiny, "start", 0, "policy"), "fingerprint": "tiny-policy"}
+    gen = {"uri": checkpoints.save(s, tiny, "start", 0, "generator"), "fingerprint": "tiny-generator"}
     rows = [{"dataset": "faults", "prompt_id": f"p{i}", "prompt": q, "baseline": None}
             for i, q in enumerate(["Name a fruit.", "Say hi.", "Count to 3."])]
     prompts = write_ref(s, "prompts", rows, "selected", dataset="faults")

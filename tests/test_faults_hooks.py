@@ -9,12 +9,12 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from dr_core import faults
+from tests.netutil import wait_until
 
 
 @pytest.fixture(autouse=True)
@@ -66,10 +66,7 @@ def test_pause_waits_for_the_continue_file(monkeypatch, tmp_path):
     done = threading.Event()
     t = threading.Thread(target=lambda: (faults.fault_point("verify"), done.set()))
     t.start()
-    deadline = time.monotonic() + 10
-    while not (tmp_path / "verify.paused").exists():
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    wait_until((tmp_path / "verify.paused").exists, timeout=10, what="the pause marker", interval=0.01)
     assert not done.wait(0.2)  # still waiting
     (tmp_path / "verify.continue").write_text("")
     t.join(5)

@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 
 from dr_core.train import grpo
-from dr_core.engines.base import Completion, Engine, check_request
 from dr_core.train.grpo import (
     GeneratorReward,
     GeneratorRow,
@@ -24,37 +23,15 @@ from dr_core.train.grpo import (
     anchor_floor,
     check_whole_groups,
 )
-from dr_core.model import COMPLETE_MARKER
+from dr_core.constants import COMPLETE_MARKER
 from dr_core.rubric.schema import Rubric, RubricItem
 from dr_core.scoring.equations import anchor_reward, combined_advantages, discriminability_reward, group_advantages, rubric_scores
-from tests.fakes import verifier_check
+from tests import fakes
 
 
-def _bit(*parts: str) -> int:
-    return hashlib.md5("\x00".join(parts).encode()).digest()[0] & 1
-
-
-class FakeEngine(Engine):
+def fake_engine(rubric_text: str = "") -> fakes.FakeEngine:
     """Verifier: a deterministic pseudo-random yes/no per (criterion, response). Generator: ``rubric_text``."""
-
-    model_name = "fake"
-
-    def __init__(self, rubric_text: str = "", finish: str = "stop"):
-        self.rubric_text, self.finish, self.calls = rubric_text, finish, 0
-
-    def chat(self, conversations, *, n=1, temperature=0.0, max_tokens=256, json_schema=None, choices=None, seed=None):
-        check_request(n, max_tokens, json_schema, choices)
-        self.calls += 1
-        out = []
-        for conv in conversations:
-            user = conv[-1]["content"]
-            if choices:
-                crit, resp = verifier_check(user)
-                text, fin = ("yes" if _bit(crit, resp) else "no"), "stop"
-            else:
-                text, fin = self.rubric_text, self.finish
-            out.append(Completion((text,) * n, (fin,) * n, len(user), (3,) * n, 0))
-        return out
+    return fakes.FakeEngine(rubric_text, verdict=fakes.hashed_verdict)
 
 
 def _rubric_json(*items) -> str:
@@ -100,7 +77,7 @@ def test_generator_reward_is_eq_24_25_with_floor_for_unparseable():
         _rubric_json(("uses a noun", 2)),
     ]
     texts += [_rubric_json(("greets", 4)), "", _rubric_json(("greets", 4), ("ends with !", 2)), "[1] x"]
-    verifier = FakeEngine()
+    verifier = fake_engine()
     records = []
     reward = GeneratorReward(GEN_ROWS, verifier, GRPOSettings(num_generations=g, per_device_train_batch_size=g,
                                                                     rubric_format="json"),
@@ -116,8 +93,8 @@ def test_generator_reward_is_eq_24_25_with_floor_for_unparseable():
             r_disc.append(0.0)
             r_anchor.append(anchor_floor(len(row.anchors)))
             continue
-        vc = [[_bit(c, y) for c in parsed.criteria] for y in row.candidates]
-        va = [[_bit(c, y) for c in parsed.criteria] for y in row.anchors]
+        vc = [[fakes.verdict_bit(c, y) for c in parsed.criteria] for y in row.candidates]
+        va = [[fakes.verdict_bit(c, y) for c in parsed.criteria] for y in row.anchors]
         r_disc.append(discriminability_reward(parsed.weights, vc))
         r_anchor.append(anchor_reward(list(rubric_scores(parsed.weights, va))))
     expected = combined_advantages(r_disc, r_anchor, g, 1.0)
@@ -142,14 +119,14 @@ def test_generator_reward_lambda_scales_the_anchor_advantage():
     comps = [[{"role": "assistant", "content": t}] for t in texts]
     outs = {}
     for lam in (0.0, 1.0, 2.0):
-        reward = GeneratorReward(GEN_ROWS, FakeEngine(), GRPOSettings(num_generations=4, per_device_train_batch_size=4,
+        reward = GeneratorReward(GEN_ROWS, fake_engine(), GRPOSettings(num_generations=4, per_device_train_batch_size=4,
                                                                       lam=lam))
         outs[lam] = np.asarray(reward(completions=comps, completion_ids=[[1]] * 4, group_id=[0] * 4))
     np.testing.assert_allclose(outs[2.0] - outs[1.0], outs[1.0] - outs[0.0], atol=1e-12)
 
 
 def test_generator_reward_raises_on_a_split_group():
-    reward = GeneratorReward(GEN_ROWS, FakeEngine(), GRPOSettings(num_generations=2, per_device_train_batch_size=2,
+    reward = GeneratorReward(GEN_ROWS, fake_engine(), GRPOSettings(num_generations=2, per_device_train_batch_size=2,
                                                                     rubric_format="json"))
     with pytest.raises(GroupSplitError):
         reward(completions=["[1] a"] * 4, completion_ids=[[1]] * 4, group_id=[0, 1, 1, 0])
@@ -160,16 +137,16 @@ def test_policy_reward_scores_eq_12_and_marks_unscorable_none():
     rubric = _rubric_json(("mentions apple", 3), ("is short", 1))
     records = []
     settings = GRPOSettings(num_generations=2, per_device_train_batch_size=4)
-    reward = PolicyReward(rows, FakeEngine(rubric), FakeEngine(), settings, on_rollouts=records.extend)
+    reward = PolicyReward(rows, fake_engine(rubric), fake_engine(), settings, on_rollouts=records.extend)
     texts = ["apple", "pear", "hi", "hello"]
     out = reward(completions=texts, completion_ids=[[1]] * 4, group_id=[0, 0, 1, 1])
     crit, w = ["mentions apple", "is short"], [3, 1]
-    expected = [float(rubric_scores(w, [[_bit(c, t) for c in crit]])[0]) for t in texts]
+    expected = [float(rubric_scores(w, [[fakes.verdict_bit(c, t) for c in crit]])[0]) for t in texts]
     assert out == pytest.approx(expected)
     assert records[0]["rubric_items"] == [("mentions apple", 3), ("is short", 1)]
-    assert records[0]["verdicts"] == [_bit(c, "apple") for c in crit] and records[3]["prompt_id"] == "p1"
+    assert records[0]["verdicts"] == [fakes.verdict_bit(c, "apple") for c in crit] and records[3]["prompt_id"] == "p1"
 
-    failing = PolicyReward(rows, FakeEngine("{not json"), FakeEngine(), settings, on_rollouts=records.extend)
+    failing = PolicyReward(rows, fake_engine("{not json"), fake_engine(), settings, on_rollouts=records.extend)
     out = failing(completions=texts, completion_ids=[[1]] * 4, group_id=[0, 0, 1, 1])
     assert out == [None] * 4
     assert failing.history[-1]["unscorable"] == 4 and failing.history[-1]["rubric_failed_groups"] == 2
@@ -178,7 +155,7 @@ def test_policy_reward_scores_eq_12_and_marks_unscorable_none():
 
 def test_policy_reward_raises_on_an_incomplete_group():
     rows = [PolicyRow(0, "p0", "x")]
-    reward = PolicyReward(rows, FakeEngine("[1] a"), FakeEngine(), GRPOSettings(num_generations=2,
+    reward = PolicyReward(rows, fake_engine("[1] a"), fake_engine(), GRPOSettings(num_generations=2,
                                                                                 per_device_train_batch_size=2))
     with pytest.raises(GroupSplitError):
         reward(completions=["a", "b", "c"], completion_ids=[[1]] * 3, group_id=[0, 0, 0])
@@ -206,7 +183,7 @@ def test_train_policy_moves_weights_with_whole_groups_and_eq_21_advantages(tiny_
     rows = [PolicyRow(i, f"p{i}", q) for i, q in enumerate(["Name a fruit.", "Say hi.", "Count to 3.", "Why?"])]
     records = []
     result = grpo.train_policy(
-        tiny_llama_dir, rows, FakeEngine(_rubric_json(("a", 1), ("e", 2), ("o", 3))), FakeEngine(),
+        tiny_llama_dir, rows, fake_engine(_rubric_json(("a", 1), ("e", 2), ("o", 3))), fake_engine(),
         GRPOSettings(**TINY), tmp_path / "policy", on_rollouts=records.extend,
     )
     assert result.steps == 2 and result.resumed_from is None
@@ -227,7 +204,7 @@ def test_train_policy_moves_weights_with_whole_groups_and_eq_21_advantages(tiny_
     np.testing.assert_allclose(trl, group_advantages(scores, 2), atol=1e-4)
     assert result.step_seconds and result.reward_first is not None and len(result.history) == 2
     # a second call finds the finished model and does not train again
-    again = grpo.train_policy(tiny_llama_dir, rows, FakeEngine(), FakeEngine(), GRPOSettings(**TINY),
+    again = grpo.train_policy(tiny_llama_dir, rows, fake_engine(), fake_engine(), GRPOSettings(**TINY),
                               tmp_path / "policy")
     assert again.checkpoint == result.checkpoint and again.steps == 2 and len(again.history) == 2
 
@@ -241,7 +218,7 @@ def test_train_generator_hands_eq_24_25_advantages_to_trl(tiny_llama_dir, tmp_pa
 
     monkeypatch.setattr(grpo, "parse_rollout", fake_parse)
     records = []
-    result = grpo.train_generator(tiny_llama_dir, GEN_ROWS, FakeEngine(), GRPOSettings(**TINY, lam=0.5),
+    result = grpo.train_generator(tiny_llama_dir, GEN_ROWS, fake_engine(), GRPOSettings(**TINY, lam=0.5),
                                   tmp_path / "gen", on_rollouts=records.extend)
     assert result.steps == 2
     r_disc = [r["r_disc"] for r in records]
@@ -258,7 +235,7 @@ def test_train_generator_hands_eq_24_25_advantages_to_trl(tiny_llama_dir, tmp_pa
 @pytest.mark.slow
 def test_unparseable_rollouts_get_the_floor_and_no_advantage(tiny_llama_dir, tmp_path):
     records = []
-    result = grpo.train_generator(tiny_llama_dir, GEN_ROWS[:1] + GEN_ROWS[1:], FakeEngine(),
+    result = grpo.train_generator(tiny_llama_dir, GEN_ROWS[:1] + GEN_ROWS[1:], fake_engine(),
                                   GRPOSettings(**{**TINY, "max_steps": 1, "rubric_format": "json"}), tmp_path / "gen",
                                   on_rollouts=records.extend)
     assert records and all(r["items"] is None and r["r_disc"] == 0.0 and r["advantage"] == 0.0 for r in records)
@@ -277,12 +254,12 @@ def test_training_resumes_from_its_last_checkpoint(tiny_llama_dir, tmp_path):
         if len(calls) == 3:
             raise RuntimeError("simulated crash")
 
-    gen = FakeEngine(_rubric_json(("a", 1), ("e", 2)))
+    gen = fake_engine(_rubric_json(("a", 1), ("e", 2)))
     with pytest.raises(RuntimeError, match="simulated crash"):
-        grpo.train_policy(tiny_llama_dir, rows, gen, FakeEngine(), settings, tmp_path / "p", crash_on_third_call)
+        grpo.train_policy(tiny_llama_dir, rows, gen, fake_engine(), settings, tmp_path / "p", crash_on_third_call)
     assert not (tmp_path / "p" / "final").exists()
     assert grpo.last_checkpoint(tmp_path / "p" / "checkpoints").name == "checkpoint-2"
-    result = grpo.train_policy(tiny_llama_dir, rows, gen, FakeEngine(), settings, tmp_path / "p")
+    result = grpo.train_policy(tiny_llama_dir, rows, gen, fake_engine(), settings, tmp_path / "p")
     assert result.resumed_from.endswith("checkpoint-2") and result.steps == 3
     assert [e["step"] for e in result.history] == [0, 1, 2]
     assert grpo.is_complete(tmp_path / "p" / "final")
@@ -293,7 +270,7 @@ def test_training_resumes_from_its_last_checkpoint(tiny_llama_dir, tmp_path):
 def test_resume_checkpoints_kept_on_request(tiny_llama_dir, tmp_path):
     rows = [PolicyRow(i, f"p{i}", q) for i, q in enumerate(["Name a fruit.", "Say hi."])]
     settings = GRPOSettings(**{**TINY, "max_steps": 1, "keep_resume_checkpoints": True})
-    grpo.train_policy(tiny_llama_dir, rows, FakeEngine(_rubric_json(("a", 1))), FakeEngine(), settings, tmp_path / "p")
+    grpo.train_policy(tiny_llama_dir, rows, fake_engine(_rubric_json(("a", 1))), fake_engine(), settings, tmp_path / "p")
     assert grpo.is_complete(tmp_path / "p" / "final")
     assert grpo.last_checkpoint(tmp_path / "p" / "checkpoints").name == "checkpoint-1"
 
@@ -324,7 +301,7 @@ def test_lines_rollouts_are_parsed_with_their_primer():
     settings = GRPOSettings(num_generations=2, per_device_train_batch_size=2)  # rubric_format="lines" by default
     assert grpo.rollout_prefix(settings) == "[3] The response"
     records = []
-    reward = GeneratorReward(GEN_ROWS, FakeEngine(), settings, on_rollouts=records.extend)
+    reward = GeneratorReward(GEN_ROWS, fake_engine(), settings, on_rollouts=records.extend)
     # what the model continues after the primer
     comps = [" greets the user.\n[5] The response mentions apple.", " x"]
     reward(prompts=[None] * 2, completions=comps, completion_ids=[[1, 2]] * 2, group_id=[0, 0])

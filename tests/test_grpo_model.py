@@ -10,7 +10,8 @@ import pytest
 
 from dr_core.train import grpo
 from dr_core.train.grpo import GeneratorRow, GRPOSettings, PolicyRow
-from dr_core.model import COMPLETE_MARKER
+from tests.reference import eq12
+from dr_core.constants import COMPLETE_MARKER
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -36,7 +37,8 @@ def test_generator_and_policy_update_on_the_default_model(default_model_dir, vll
         if r["scorable"]:
             assert len(r["verdicts_C"]) == 2 and len(r["verdicts_anchor"]) == 2
     h = gen.history[0]
-    assert h["unparseable"] + h["unscorable_verdicts"] <= 4 and h["rollouts"] == 4
+    assert h["rollouts"] == 4 and h["unparseable"] == sum(r["items"] is None for r in gen_records)
+    assert h["unparseable"] + h["unscorable_verdicts"] == sum(not r["scorable"] for r in gen_records)
 
     pol_records = []
     pol = grpo.train_policy(
@@ -46,6 +48,12 @@ def test_generator_and_policy_update_on_the_default_model(default_model_dir, vll
     )
     assert pol.steps == 1 and grpo.is_complete(pol.checkpoint)
     assert len(pol_records) == 4
-    assert all(r["score"] is None or 0.0 <= r["score"] <= 1.0 for r in pol_records)
+    for r in pol_records:  # each reward is Eq. 12 of its own verdicts, or None when one is missing
+        if r["rubric_items"] is None or r["verdicts"] is None or None in r["verdicts"]:
+            assert r["score"] is None, r
+        else:
+            weights = [w for _, w in r["rubric_items"]]
+            assert r["score"] == pytest.approx(eq12(weights, [r["verdicts"]])[0]), r
+    assert pol.history[0]["unscorable"] == sum(r["score"] is None for r in pol_records)
     print(f"generator step {gen.step_seconds:.1f} s, policy step {pol.step_seconds:.1f} s; "
           f"generator history {gen.history}; policy history {pol.history}")

@@ -3,42 +3,11 @@ runs in test_round_*.py)."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from dr_core.runs import round_steps as pipeline
-from dr_core.engines.base import Completion, Engine
 from dr_core.presets import preset
-from tests.fakes import verifier_check
-
-
-class ScriptedEngine(Engine):
-    """Answers by rule: rubric requests get a fixed rubric; verifier requests say yes when the response contains
-    the criterion's keyword; policy requests echo numbered answers."""
-
-    model_name = "scripted"
-
-    def __init__(self, rubric):
-        self.rubric = rubric
-        self.calls = []
-
-    def chat(self, conversations, *, n=1, temperature=0.0, max_tokens=256, json_schema=None, choices=None, seed=None):
-        self.calls.append((len(conversations), n, json_schema is not None, choices))
-        outs = []
-        for conv in conversations:
-            text = conv[-1]["content"]
-            if json_schema is not None:
-                texts = [json.dumps({"rubrics": self.rubric})] * n
-            elif choices is not None:
-                criterion, response = verifier_check(text)
-                response = response.lower()
-                texts = ["yes" if criterion.split()[-1].lower() in response else "no"] * n
-            else:
-                texts = [f"answer {j} with detail" if j % 2 else f"answer {j}" for j in range(n)]
-            outs.append(Completion(tuple(texts), ("stop",) * n, 10, (5,) * n))
-        return outs
-
+from tests.fakes import round_engine
 
 RUBRIC = [{"criterion": "Mentions detail", "weight": 3}, {"criterion": "Says answer", "weight": 1}]
 
@@ -59,10 +28,10 @@ def test_select_inputs_filters_and_spreads():
 def test_round_steps_shapes_and_scores():
     cfg = preset("tiny", n_prompts=2, k=4, n_anchor=3, rubric_rollouts=2)
     prompts, anchors = pipeline.select_inputs(cfg)
-    eng = ScriptedEngine(RUBRIC)
+    eng = round_engine(RUBRIC)
     samples = pipeline.sample_sets(eng, prompts, cfg, "policy@0", "measure")
     assert len(samples) == 8 and {s["set_id"] for s in samples} == {0, 1}
-    rubrics, _ = pipeline.write_rubrics(eng, prompts, samples, cfg, "gen@0", "measure")
+    rubrics, _ = pipeline.generate_rubric_rows(eng, prompts, samples, cfg, "gen@0", "measure")
     assert len(rubrics) == 2 * 2 * 2 and all(r["error"] is None for r in rubrics)
     verdicts, _ = pipeline.verify_sets(eng, prompts, samples, anchors, rubrics, "ver", "measure")
     assert len(verdicts) == 2 * 2 * 2 * (4 + 3)

@@ -14,8 +14,9 @@ from dr_core.runs import policy_eval as pe
 from cli.app import app
 from dr_core.config import ConfigError
 from dr_core.datasets import PromptRow
-from dr_core.engines import PROMPT_TOO_LONG, Completion, Engine
+from dr_core.engines import PROMPT_TOO_LONG, Completion
 from dr_core.store.schemas import conform
+from tests.fakes import FakeEngine
 
 verdict = st.sampled_from(["A", "B", None])
 
@@ -112,41 +113,34 @@ def test_judge_choice_shapes(completion, expected):
     assert pe.judge_choice(completion) == expected
 
 
-class _ScriptedJudge(Engine):
-    """Unit-test fake: prefers the answer containing ``good`` wherever it is shown, and records what it saw."""
+def scripted_judge(good="GOOD") -> FakeEngine:
+    """Prefers the answer containing ``good`` wherever it is shown; ``calls`` records what it saw."""
 
-    model_name = "scripted"
+    def choose(req):
+        assert req.choices == ["A", "B"]
+        a = req.user.split("[ANSWER A]")[1].split("[END ANSWER A]")[0]
+        return "A" if good in a else "B"
 
-    def __init__(self, good="GOOD"):
-        self.good, self.seen = good, []
-
-    def chat(self, conversations, *, n=1, temperature=0.0, max_tokens=256, json_schema=None, choices=None,
-             seed=None, logprobs=None):
-        assert choices == ["A", "B"]
-        out = []
-        for conv in conversations:
-            user = conv[-1]["content"]
-            self.seen.append(user)
-            a = user.split("[ANSWER A]")[1].split("[END ANSWER A]")[0]
-            out.append(_c("A" if self.good in a else "B"))
-        return out
+    return FakeEngine(verdict=choose, model_name="scripted")
 
 
 def test_judge_sees_both_orders_and_position_bias_cancels():
     rows = [PromptRow("1", "q1", "base GOOD"), PromptRow("2", "q2", "base"), PromptRow("3", "q3", "base")]
     pol = [pe.Answer("pol", 3), pe.Answer("pol GOOD", 4), pe.Answer("GOOD pol", 5, truncated=True)]
-    judge = _ScriptedJudge()
+    judge = scripted_judge()
     metrics, records = pe.judge_and_score(judge, rows, pol, pe.fixed_baseline(rows), seed=0)
-    assert len(judge.seen) == 6
-    assert judge.seen[0].index("pol") < judge.seen[0].index("base")      # policy as A first
-    assert judge.seen[1].index("base") < judge.seen[1].index("pol")      # then as B
+    seen = [user for call in judge.calls for user in call.users]
+    assert len(seen) == 6
+    assert seen[0].index("pol") < seen[0].index("base")      # policy as A first
+    assert seen[1].index("base") < seen[1].index("pol")      # then as B
     assert [r["outcome"] for r in records] == [0.0, 1.0, 1.0]
     assert metrics["win_rate"] == pytest.approx(2 / 3) and metrics["tie_rate"] == 0
     assert metrics["judge_position_a_rate"] == 0.5 and metrics["policy_truncated"] == 1
     assert metrics["policy_mean_tokens"] == 4 and metrics["baseline_mean_tokens"] is None
     assert metrics["baseline_mean_chars"] == pytest.approx((9 + 4 + 4) / 3)
-    lo, hi = metrics["win_rate_ci95"]
-    assert 0 <= lo <= metrics["win_rate"] <= hi <= 1
+    # the interval is the seeded bootstrap of these outcomes: 0 of 3 wins is drawn 1/27 = 3.7% > 2.5% of the time,
+    # 3 of 3 8/27, so the 95% interval is the whole range
+    assert metrics["win_rate_ci95"] == list(pe.bootstrap_ci([0.0, 1.0, 1.0], seed=0)) == [0.0, 1.0]
 
 
 def test_a_prompt_too_long_for_an_answer_is_unscorable():
@@ -189,7 +183,7 @@ def test_the_in_loop_task_refuses_an_overlapping_heldout_slice_before_model_work
                          "source": ""} for a in anchors], part="x", dataset="alpaca")
     cfg = coevolve_preset("tiny", policy_eval={"data": str(held), "limit": 2})
     with pytest.raises(ValueError, match="2 held-out prompt"):
-        evaluate_policy.fn(cfg, {"uri": "default", "sha256": "x"}, store, "r", 1)
+        evaluate_policy.fn(cfg, {"uri": "default", "fingerprint": "x"}, store, "r", 1)
 
 
 def _bundled(name):

@@ -3,7 +3,8 @@
 import os
 
 import dr_core.rubric.prompts as P
-from dr_core.rubric.schema import MAX_CRITERION_CHARS, MAX_ITEMS, Rubric, parse_rubric
+from dr_core.constants import MAX_CRITERION_CHARS, MAX_ITEMS
+from dr_core.rubric.schema import RUBRIC_JSON_SCHEMA, Rubric, parse_rubric
 
 
 def _text(messages):
@@ -58,6 +59,13 @@ def test_example_rubric_is_valid_and_schema_is_tighter_than_the_parser():
     rub = P.GENERATOR_JSON_SCHEMA["properties"]["rubrics"]
     assert rub["maxItems"] <= MAX_ITEMS
     assert rub["items"]["properties"]["criterion"]["maxLength"] <= MAX_CRITERION_CHARS
+    # the same model's schema: only the two bounds differ
+    assert (rub["maxItems"], rub["items"]["properties"]["criterion"]["maxLength"]) == (P.MAX_GEN_ITEMS,
+                                                                                       P.MAX_GEN_CRITERION_CHARS)
+    base = RUBRIC_JSON_SCHEMA["properties"]["rubrics"]
+    assert {k: v for k, v in rub.items() if k not in ("maxItems", "items")} == {
+        k: v for k, v in base.items() if k not in ("maxItems", "items")}
+    assert rub["items"]["properties"]["weight"] == base["items"]["properties"]["weight"]
 
 
 def test_policy_messages():

@@ -14,7 +14,8 @@ from html.parser import HTMLParser
 import pytest
 from typer.testing import CliRunner
 
-from dr_core.report import build as report
+from dr_core.report import collect, render
+from dr_core.report.write import write_report
 from dr_core.config import DEFAULT_MODEL
 from dr_core.store.schemas import TABLES
 from dr_core.runs.stale_fresh import plan
@@ -110,7 +111,7 @@ def _check_offline(html: str) -> None:
 
 def test_report_has_sections_gap_svg_and_is_offline(tmp_path):
     s = _store(tmp_path)
-    path = report.write_report(s, "demo", tmp_path / "out")
+    path = write_report(s, "demo", tmp_path / "out")
     html = path.read_text(encoding="utf-8")
     p = _Parser()
     p.feed(html)
@@ -129,8 +130,29 @@ def test_report_has_sections_gap_svg_and_is_offline(tmp_path):
     assert (tmp_path / "out" / "report.json").is_file()
 
 
+def test_render_escapes_data_and_raises_on_a_missing_key(tmp_path):
+    """Jinja2 autoescape and the nourl filter: text from the data is never markup and never a fetchable URL; with
+    StrictUndefined a key the data lacks raises (in a section: that section's "could not render" placeholder)."""
+    import jinja2
+
+    d = collect.collect(_store(tmp_path).connect(), "demo")
+    d["run_id"] = 'run <script>alert("x")</script> http://x'
+    d["warnings"] = ["see http://x <script>bad()</script>"]
+    html = render.render_html(d, "s3://bucket/<b>")
+    _check_offline(html)
+    assert "run &lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt; http:&#8203;//x" in html
+    assert "<li>see http:&#8203;//x &lt;script&gt;bad()&lt;/script&gt;</li>" in html
+    assert "store s3:&#8203;//bucket/&lt;b&gt;;" in html
+    assert render.ENV.undefined is jinja2.StrictUndefined and render.ENV.autoescape is True
+    broken = dict(d, training=[{k: v for k, v in r.items() if k != "group_size"} for r in d["training"]])
+    training = re.search(r'<section id="training">.*?</section>', render.render_html(broken), re.S).group(0)
+    assert "could not render: UndefinedError(" in training and "group_size" in training
+    with pytest.raises(jinja2.UndefinedError, match="generated_at"):
+        render.render_html({k: v for k, v in d.items() if k != "generated_at"})
+
+
 def test_report_numbers(tmp_path):
-    d = report.collect(_store(tmp_path).connect(), "demo")
+    d = collect.collect(_store(tmp_path).connect(), "demo")
     assert d["errors"] == []
     m = {(r["round"], r["stage"]): r for r in d["metrics"]}
     # round 0 C: scores 1 and 0 -> spread 1; anchors 1 then .25 -> Eq. 2 gap .75; round 2: everything 1 -> 0
@@ -156,7 +178,7 @@ def test_report_numbers(tmp_path):
 
 
 def test_report_cost_lists_flow_executions_and_the_slowest_steps_that_ran(tmp_path):
-    html = report.write_report(_store(tmp_path), "demo", tmp_path / "out").read_text(encoding="utf-8")
+    html = write_report(_store(tmp_path), "demo", tmp_path / "out").read_text(encoding="utf-8")
     cost = re.search(r'<section id="cost">.*?</section>', html, re.S).group(0)
     assert "Flow executions" in cost and "ex-1" in cost and "ex-2" in cost
     slow = cost[cost.index("Slowest steps that ran"):]
@@ -166,7 +188,7 @@ def test_report_cost_lists_flow_executions_and_the_slowest_steps_that_ran(tmp_pa
 
 def test_report_without_training_or_stale_fresh_says_no_data(tmp_path):
     s = _store(tmp_path, training=False, stale_fresh=False)
-    html = report.write_report(s, "demo", tmp_path / "out").read_text(encoding="utf-8")
+    html = write_report(s, "demo", tmp_path / "out").read_text(encoding="utf-8")
     for sid in ("training", "stale-fresh"):
         section = re.search(rf'<section id="{sid}">.*?</section>', html, re.S).group(0)
         assert "no data" in section and "<svg" not in section
@@ -176,11 +198,11 @@ def test_report_without_training_or_stale_fresh_says_no_data(tmp_path):
 
 def test_report_of_unknown_run_or_empty_store_is_an_error_and_writes_nothing(tmp_path):
     for store, run in ((_store(tmp_path), "nope"), (Store.from_url(str(tmp_path / "empty")), "demo")):
-        with pytest.raises(report.ReportError, match=f"no run '{run}'"):
-            report.write_report(store, run, tmp_path / f"out-{run}")
+        with pytest.raises(collect.ReportError, match=f"no run '{run}'"):
+            write_report(store, run, tmp_path / f"out-{run}")
         assert not (tmp_path / f"out-{run}").exists()
-    with pytest.raises(report.ReportError, match="not a run id"):
-        report.write_report(_store(tmp_path), "../demo", tmp_path / "out-bad")
+    with pytest.raises(collect.ReportError, match="not a run id"):
+        write_report(_store(tmp_path), "../demo", tmp_path / "out-bad")
 
 
 def _training_signal_store(tmp_path, *, varied: bool) -> Store:
@@ -214,7 +236,7 @@ def _training_signal_store(tmp_path, *, varied: bool) -> Store:
 
 def test_report_warns_in_words_when_there_is_no_gradient_and_the_verifier_says_yes(tmp_path):
     s = _training_signal_store(tmp_path, varied=False)
-    html = report.write_report(s, "sig", tmp_path / "out").read_text(encoding="utf-8")
+    html = write_report(s, "sig", tmp_path / "out").read_text(encoding="utf-8")
     d = json.loads((tmp_path / "out" / "report.json").read_text(encoding="utf-8"))
     assert d["warnings"] == [
         "generator update, round 1: no gradient: every GRPO group had zero reward std at steps 0 and 1 (the update "
@@ -242,8 +264,8 @@ def test_report_warns_in_words_when_there_is_no_gradient_and_the_verifier_says_y
 
 def test_report_with_varied_rewards_has_no_no_gradient_warning(tmp_path):
     s = _training_signal_store(tmp_path, varied=True)
-    html = report.write_report(s, "sig", tmp_path / "out").read_text(encoding="utf-8")
-    d = report.collect(s.connect(), "sig")
+    html = write_report(s, "sig", tmp_path / "out").read_text(encoding="utf-8")
+    d = collect.collect(s.connect(), "sig")
     assert d["warnings"] == [] and d["errors"] == []
     assert [(r["stage"], r["zero_std_groups"]) for r in d["training_signal"]] == [
         ("generator", 0), ("generator", 0), ("policy", 0), ("policy", 0)]
@@ -319,13 +341,13 @@ def test_training_with_only_unusable_rubrics_says_so(tmp_path):
     s = Store.from_url(str(tmp_path / "s"))
     s.write("rewards", [dict(stage="generator", set_id=0, rollout=k, r_disc=None, r_anchor=None) for k in range(2)],
             part="generator-train-rewards", run_id="u", round=1)
-    html = report.write_report(s, "u", tmp_path / "out").read_text(encoding="utf-8")
+    html = write_report(s, "u", tmp_path / "out").read_text(encoding="utf-8")
     section = re.search(r'<section id="training">.*?</section>', html, re.S).group(0)
     assert "no training rollout could be scored" in section and "<svg" not in section
 
 
 def test_report_shows_policy_win_rate_per_round(tmp_path):
-    html = report.write_report(_store(tmp_path), "demo", tmp_path / "out").read_text(encoding="utf-8")
+    html = write_report(_store(tmp_path), "demo", tmp_path / "out").read_text(encoding="utf-8")
     assert 'id="win-rate"' in html and "Policy win rate per round" in html
     assert "0.7000" in html and "[0.4000, 0.9000]" in html  # round 2 win rate and its interval
     bare_store = _store(tmp_path / "b", training=False)
@@ -333,13 +355,13 @@ def test_report_shows_policy_win_rate_per_round(tmp_path):
 
     bare_store.write("runs", [dict(created_at=dt.datetime.now(dt.timezone.utc), status="completed", config_json="{}")],
                      part="record", run_id="bare")
-    bare = report.write_report(bare_store, "bare", tmp_path / "out2")
+    bare = write_report(bare_store, "bare", tmp_path / "out2")
     html = bare.read_text(encoding="utf-8")
     assert "Policy win rate per round" in html and "no data for this run id" in html
 
 
 def test_run_warnings_name_a_judge_that_always_picks_the_first_answer():
-    from dr_core.report.build import run_warnings
+    from dr_core.report.collect import run_warnings
 
     summary = [{"round": 1, "metric": "judge_position_a_rate", "mean": 1.0},
                {"round": 1, "metric": "win_rate", "mean": 0.5}]

@@ -34,7 +34,7 @@ def tiny_rm(default_model_dir, tmp_path_factory):
 
 
 def test_scores_one_float_per_candidate_and_the_set_changes_the_input(tiny_rm):
-    from dr_core.evaluator.evaluate import EvalItem
+    from dr_core.evaluator.items import EvalItem
 
     rm = RewardModel(tiny_rm, batch_size=2)
     items = [EvalItem("Say hi.", ("Hi!", "Go away.")), EvalItem("2+2?", ("4", "5", "four, since 2+2=4"))]
@@ -82,7 +82,10 @@ def test_eval_evaluator_reward_model_mode(tiny_rm, tmp_path):
                                   str(tiny_rm), *extra, "--output", str(out)])
         assert res.exit_code == 0, res.output
         m = json.loads(out.read_text())
-        assert m["mode"] == mode and m["n"] == 3 and 0 <= m["accuracy"] <= 1 and len(m["scores"]) == 3
+        assert m["mode"] == mode and m["n"] == 3 and len(m["scores"]) == 3
+        # strict pairwise accuracy and ties of the scores it reports (candidate 0 is the chosen one)
+        assert m["accuracy"] == pytest.approx(sum(c > r for c, r in m["scores"]) / 3)
+        assert m["ties"] == pytest.approx(sum(c == r for c, r in m["scores"]) / 3)
     res = runner.invoke(app, ["eval-evaluator", str(bundled("eval_hh_harmless_pairs.jsonl")), "--format", "pairwise",
                               "--mode", "reward-model", "--output", str(tmp_path / "x.json")])
     assert res.exit_code == 2 and "--reward-model DIR" in res.output

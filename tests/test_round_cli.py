@@ -8,12 +8,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.fixtures_prefect import prefect_server
+from tests.netutil import kill_group
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -27,28 +27,32 @@ SMALL = ["--set", "n_prompts=2", "--set", "k=2", "--set", "n_anchor=3", "--set",
 def _dr_round(store: Path, run_id: str, out: Path, env=None, **popen):
     cmd = [sys.executable, "-m", "cli.main", "round", "--store", str(store), "--run-id", run_id, *SMALL,
            "--json", str(out)]
-    return subprocess.Popen(cmd, env={**os.environ, **(env or {})}, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, **popen)
+    env = {k: v for k, v in os.environ.items() if k not in ("DR_FAULT", "DR_FAULT_DIR")} | (env or {})
+    popen = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True} | popen
+    return subprocess.Popen(cmd, env=env, **popen)
 
 
 @pytest.fixture(scope="module")
 def killed_then_resumed(tmp_path_factory, default_model_dir):
-    """Kill `dr round` once its sample step has finished (the rubric step has written), then run it again."""
+    """`dr round` dies by SIGKILL inside its first verify step (``DR_FAULT=kill@verify#1``, dr_core/faults.py:
+    after the step's model work, before its rows are written; the sample and rubric steps have finished), then it
+    is run again."""
     tmp = tmp_path_factory.mktemp("kill")
-    store, out = tmp / "store", tmp / "result.json"
-    proc = _dr_round(store, "k", out, start_new_session=True)
-    marker = store / "rubrics" / "run_id=k" / "round=1" / "measure-rubrics.parquet"
-    deadline = time.monotonic() + 600
-    while not marker.exists():
-        assert proc.poll() is None, proc.stdout.read()
-        assert time.monotonic() < deadline, "the rubric step never wrote"
-        time.sleep(0.2)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+    store, out, log = tmp / "store", tmp / "result.json", tmp / "killed.log"
+    with open(log, "wb") as fh:  # a file, not a pipe: a child left behind by the killed run may hold a pipe open
+        proc = _dr_round(store, "k", out, env={"DR_FAULT": "kill@verify#1"}, start_new_session=True,
+                         stdout=fh, text=False)
+    try:
+        rc = proc.wait(timeout=900)
+    finally:
+        kill_group(proc)  # whatever the dead run left in its process group (Prefect's temporary server)
+    assert rc == -signal.SIGKILL, log.read_text(errors="replace")[-4000:]
     assert not out.exists()  # killed before the end
+    assert (store / "rubrics" / "run_id=k" / "round=1" / "measure-rubrics.parquet").is_file()  # the rubric step wrote
+    assert not (store / "verdicts").exists()  # the verify step did not
     again = _dr_round(store, "k", out)
-    log, _ = again.communicate(timeout=900)
-    assert again.returncode == 0, log
+    text, _ = again.communicate(timeout=900)
+    assert again.returncode == 0, text
     return store, json.loads(out.read_text())
 
 
@@ -57,7 +61,7 @@ def test_killed_run_resumes_without_redoing_finished_steps(killed_then_resumed):
 
     store, result = killed_then_resumed
     steps = result["steps"]
-    assert steps["select-inputs"]["state"] == "Cached" and steps["sample"]["state"] == "Cached"
+    assert [steps[k]["state"] for k in ("select-inputs", "sample", "generate-rubrics")] == ["Cached"] * 3, steps
     assert steps["verify"]["state"] == "Completed"  # the first unfinished step ran
     s = Store.from_url(str(store))
     assert s.read_table("samples", run_id="k", round=1).num_rows == 4  # no duplicate rows

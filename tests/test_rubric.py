@@ -4,9 +4,8 @@ import json
 
 import pytest
 
+from dr_core.constants import MAX_CRITERION_CHARS, MAX_ITEMS, WEIGHT_MAX, WEIGHT_MIN
 from dr_core.rubric.schema import (
-    MAX_CRITERION_CHARS,
-    MAX_ITEMS,
     RUBRIC_JSON_SCHEMA,
     ParseFailure,
     Rubric,
@@ -14,6 +13,7 @@ from dr_core.rubric.schema import (
     RubricItem,
     format_rubric_lines,
     parse_rubric,
+    rubric_json_schema,
 )
 
 GOOD = '{"rubrics": [{"criterion": "Names a Broadway debut", "weight": 5}, {"criterion": "Is a list", "weight": 1}]}'
@@ -105,6 +105,50 @@ def test_schema_is_bounded():
     assert rub["maxItems"] == MAX_ITEMS and rub["items"]["properties"]["criterion"]["maxLength"] == MAX_CRITERION_CHARS
     w = rub["items"]["properties"]["weight"]
     assert (w["minimum"], w["maximum"]) == (1, 5)
+
+
+def test_schema_from_the_model_is_the_plain_schema_engines_were_sent():
+    item = {
+        "type": "object",
+        "properties": {
+            "criterion": {"type": "string", "minLength": 1, "maxLength": MAX_CRITERION_CHARS},
+            "weight": {"type": "integer", "minimum": WEIGHT_MIN, "maximum": WEIGHT_MAX},
+        },
+        "required": ["criterion", "weight"],
+        "additionalProperties": False,
+    }
+    rubrics = {"type": "array", "minItems": 1, "maxItems": MAX_ITEMS, "items": item}
+    expected = {"type": "object", "properties": {"rubrics": rubrics}, "required": ["rubrics"],
+                "additionalProperties": False}
+    assert RUBRIC_JSON_SCHEMA == expected
+    assert "$ref" not in json.dumps(RUBRIC_JSON_SCHEMA) and "title" not in json.dumps(RUBRIC_JSON_SCHEMA)
+    tight = rubric_json_schema(max_items=3, max_criterion_chars=50)
+    assert tight["properties"]["rubrics"]["maxItems"] == 3 and RUBRIC_JSON_SCHEMA == expected
+    assert tight["properties"]["rubrics"]["items"]["properties"]["criterion"]["maxLength"] == 50
+
+
+@pytest.mark.parametrize("kwargs", [dict(max_items=MAX_ITEMS + 1), dict(max_criterion_chars=MAX_CRITERION_CHARS + 1),
+                                    dict(max_items=0)])
+def test_schema_cannot_be_looser_than_the_parser(kwargs):
+    with pytest.raises(ValueError):
+        rubric_json_schema(**kwargs)
+
+
+@pytest.mark.parametrize("weight", ["Infinity", "-Infinity", "NaN", "1e400", "[3]", "{}", "null"])
+def test_parser_is_total_on_non_finite_and_odd_weights(weight):
+    r = parse_rubric('{"rubrics": [{"criterion": "A", "weight": %s}]}' % weight)
+    assert isinstance(r, RubricError) and r.reason is ParseFailure.WEIGHT_NOT_INTEGER, str(r)
+
+
+def test_failure_details_name_the_item_and_the_bound():
+    out_of_range = f"weight_out_of_range: item 1: weight 6.0 not in {WEIGHT_MIN}..{WEIGHT_MAX}"
+    assert str(parse_rubric(items(("A", 2), ("B", 6.0)))) == out_of_range
+    long = MAX_CRITERION_CHARS + 1
+    assert str(parse_rubric(items(("x" * long, 2)))) == f"criterion_too_long: item 0: {long} > {MAX_CRITERION_CHARS} chars"
+    assert str(parse_rubric('{"rubrics": [{"criterion": 5}]}')) == "missing_field: item 0 has no 'weight'"
+    assert str(parse_rubric('{"rubrics": [{"criterion": 5, "weight": 1}]}')) == "empty_criterion: item 0"
+    extra = '{"rubrics": [{"criterion": " A ", "weight": 1, "note": "extra keys are ignored"}]}'
+    assert parse_rubric(extra).criteria == ["A"]
 
 
 @pytest.mark.parametrize("kwargs", [dict(criterion="A", weight=0), dict(criterion="", weight=2), dict(criterion="A", weight=2.0)])

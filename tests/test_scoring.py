@@ -5,8 +5,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dr_core.rubric.schema import UNSCORABLE
+from dr_core.constants import UNSCORABLE
 from dr_core.scoring.equations import (
+    Scores,
     anchor_reward,
     combined_advantages,
     discriminability_reward,
@@ -32,7 +33,10 @@ scores_st = st.lists(st.sampled_from([0.0, 0.25, 0.5, 0.75, 1.0]) | st.floats(0,
 @given(rubric_case())
 def test_rubric_scores_match_eq12(case):
     weights, verdicts = case
-    np.testing.assert_allclose(rubric_scores(weights, verdicts), ref.eq12(weights, verdicts))
+    s = rubric_scores(weights, verdicts)
+    assert isinstance(s, Scores) and s.scorable.all()
+    np.testing.assert_allclose(s.values, ref.eq12(weights, verdicts))
+    assert list(s) == pytest.approx(ref.eq12(weights, verdicts)) and all(type(x) is float for x in s)
 
 
 @given(rubric_case())
@@ -126,7 +130,7 @@ def test_random_inputs_with_ties_against_reference():
         m, n = rng.integers(1, 6), rng.integers(2, 8)
         w = rng.integers(1, 6, size=m)
         v = rng.integers(0, 2, size=(n, m))  # few items and binary verdicts: many tied scores
-        np.testing.assert_allclose(rubric_scores(w, v), ref.eq12(w.tolist(), v.tolist()))
+        np.testing.assert_allclose(rubric_scores(w, v).values, ref.eq12(w.tolist(), v.tolist()))
         assert discriminability_reward(w, v) == pytest.approx(ref.eq13(w.tolist(), v.tolist()))
         assert anchor_reward(rubric_scores(w, v)) == pytest.approx(ref.eq15(ref.eq12(w.tolist(), v.tolist())))
 
@@ -135,17 +139,31 @@ def test_random_inputs_with_ties_against_reference():
 
 
 def test_empty_rubric_is_unscorable_not_zero():
-    assert rubric_scores([], [[], []]) is UNSCORABLE
+    s = rubric_scores([], [[], []])
+    assert isinstance(s, Scores) and list(s) == [UNSCORABLE, UNSCORABLE] and not s.scorable.any()
+    assert anchor_reward(s) is UNSCORABLE and mean_ordered_gap(s) is UNSCORABLE
     assert discriminability_reward([], [[], []]) is UNSCORABLE
+    assert len(rubric_scores([2], [])) == 0
 
 
 def test_missing_verdict_makes_that_response_unscorable():
     s = rubric_scores([2, 3], [[1, 0], [None, 1], [1, 1]])
     assert s[0] == pytest.approx(0.4) and s[1] is UNSCORABLE and s[2] == pytest.approx(1.0)
+    assert s.scorable.tolist() == [True, False, True] and np.isnan(s.values[1])
+    assert list(rubric_scores([2, 3], [[1, 0], [np.nan, 1]])) == [pytest.approx(0.4), UNSCORABLE]
     assert discriminability_reward([2, 3], [[1, 0], [None, 1]]) is UNSCORABLE
     assert anchor_reward(s) is UNSCORABLE
     assert mean_ordered_gap(s) == pytest.approx(-0.6)  # only the (0, 2) pair has both scores
     assert mean_ordered_gap([None, None, 0.5]) is UNSCORABLE
+
+
+def test_scores_are_one_read_only_type_and_nan_is_unscorable_everywhere():
+    s = rubric_scores([1, 1], [[1, 1], [1, 0]])
+    with pytest.raises(ValueError):
+        s.values[0] = 0.0
+    assert anchor_reward(s) == pytest.approx(anchor_reward([1.0, 0.5])) == pytest.approx(anchor_reward(list(s)))
+    assert anchor_reward([1.0, float("nan")]) is UNSCORABLE  # NaN is never a silent number
+    assert mean_ordered_gap(Scores(np.array([np.nan, 0.5, 0.0]))) == pytest.approx(0.5)
 
 
 @pytest.mark.parametrize("weights", [[0, 1], [6], [1.5], [[1, 2]]])

@@ -19,7 +19,8 @@ from pydantic import BaseModel, ValidationError
 from dr_core.config import REDACTED, ConfigError, EngineConfig, EnginesConfig, load_engines_config, redact_url
 from dr_core.engines import EngineError, make_engine
 from dr_core.presets import CoevolveConfig, PolicyEvalConfig, RoundConfig, coevolve_preset, preset
-from tests.test_engines_http_errors import CONV, Replay, chat_reply, free_port
+from tests.netutil import free_port
+from tests.test_engines_http_errors import CONV, Replay, chat_reply
 
 SECRET = "sk-planted-Zq7Xv9Kp2Wm4"
 SECRET2 = "sk-rotated-Bn5Tc8Rr1Qx6"
@@ -111,7 +112,7 @@ def test_cache_key_and_model_id_ignore_the_secret():
     from tasks.options import _canonical, content_cache_key
     from tasks.runtime import model_id
 
-    ctx = SimpleNamespace(task=SimpleNamespace(name="verify"))
+    ctx = SimpleNamespace(task=SimpleNamespace(name="verify", fn=SimpleNamespace(__module__="tasks.round")))
 
     def key(**fields):
         cfg = preset("tiny", engines=EnginesConfig(verifier=http(**fields)))

@@ -14,11 +14,12 @@ MODEL_STEPS = ["generate-rubrics", "verify"]
 
 @pytest.fixture()
 def run_store(tmp_path, micro_round, default_model_dir, vllm_engine):
+    from dr_core.constants import COMPLETE_MARKER
     from dr_core.store import checkpoints
     from dr_core.runs import round_steps as pipeline
     from dr_core.config import DEFAULT_MODEL
     from dr_core.store.artifacts import Store
-    from flows.coevolve import with_models
+    from flows.steps import with_models
     from tasks.runtime import adopt_engine
 
     s = Store.from_url(str(tmp_path / "store"))
@@ -33,9 +34,9 @@ def run_store(tmp_path, micro_round, default_model_dir, vllm_engine):
     local = tmp_path / "store" / uri[len(s.url) + 1:]
     local.mkdir(parents=True)
     for f in default_model_dir.iterdir():
-        if f.is_file() and f.name != checkpoints.MARKER:
+        if f.is_file() and f.name != COMPLETE_MARKER:
             (local / f.name).symlink_to(f)
-    (local / checkpoints.MARKER).write_text("complete\n")
+    (local / COMPLETE_MARKER).write_text("complete\n")
     checkpoints.register(s, "sf", 1, "generator", uri, parent=DEFAULT_MODEL)
     fresh = with_models(micro_round, s, {"uri": uri}, {"uri": DEFAULT_MODEL}).engines.generator
     adopt_engine(fresh, vllm_engine)
@@ -43,7 +44,7 @@ def run_store(tmp_path, micro_round, default_model_dir, vllm_engine):
 
 
 def test_stale_and_fresh_score_the_same_sets(prefect_harness, micro_round, run_store, tmp_path):
-    from dr_core.report import build as report
+    from dr_core.report import write as report
     from flows.stale_fresh import StaleFreshParams, stale_fresh_flow
 
     params = StaleFreshParams(store=run_store.url, run_id="sf", config=micro_round)

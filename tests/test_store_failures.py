@@ -22,6 +22,7 @@ from dr_core.store import atomic
 from dr_core.paths import bundled
 from dr_core.store.artifacts import Store
 from cli.main import app
+from tests.netutil import free_port, wait_until
 
 runner = CliRunner()
 ANCHORS = bundled("anchors_alpacaeval.jsonl")
@@ -48,12 +49,6 @@ def s3_env(monkeypatch):
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "PLANTED-S3-SECRET")
     monkeypatch.setenv("AWS_REGION", "us-east-1")
     return monkeypatch
-
-
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class _SilentServer:
@@ -84,7 +79,7 @@ class _SilentServer:
 
 
 def test_refused_endpoint_is_one_line_naming_it(s3_env):
-    endpoint = f"http://127.0.0.1:{_closed_port()}"
+    endpoint = f"http://127.0.0.1:{free_port()}"
     s3_env.setenv("AWS_ENDPOINT_URL", endpoint)
     t0 = time.monotonic()
     for args in (("sql", "SELECT 1"), ("ingest", "anchors", ANCHORS), ("report", "--run-id", "r", "--out", "rep")):
@@ -257,10 +252,7 @@ def test_sigterm_during_a_store_write_leaves_no_temp_file(tmp_path):
            "DR_FAULT_PAUSE_S": "120"}
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env)
     marker = tmp_path / "faults" / "store-write.paused"
-    deadline = time.monotonic() + 120
-    while not marker.exists():
-        assert proc.poll() is None and time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_until(marker.exists, timeout=120, what="the store write to pause", proc=proc, interval=0.05)
     folder = tmp_path / "st" / "anchors" / "dataset=d"
     assert [p.name for p in folder.iterdir() if p.name.endswith(".tmp")]  # half-written temp file exists
     os.kill(proc.pid, signal.SIGTERM)

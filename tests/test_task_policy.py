@@ -9,7 +9,7 @@ from tasks.options import code_version, content_cache_key, is_transient
 
 
 def ctx(name="sample"):
-    return SimpleNamespace(task=SimpleNamespace(name=name))
+    return SimpleNamespace(task=SimpleNamespace(name=name, fn=SimpleNamespace(__module__="tasks.round")))
 
 
 def test_cache_key_ignores_run_id_store_and_uri_but_not_content():
@@ -23,6 +23,13 @@ def test_cache_key_ignores_run_id_store_and_uri_but_not_content():
     assert content_cache_key(ctx("verify"), {"samples": a}) != content_cache_key(ctx("sample"), {"samples": a})
 
 
+def test_a_checkpoint_ref_counts_by_its_fingerprint_only():
+    a = {"uri": "s3://b/models/run_id=a/round=1/policy", "fingerprint": "policy@1f", "reward_last": 0.4, "steps": 2}
+    b = {"uri": "/tmp/models/run_id=b/round=3/policy", "fingerprint": "policy@1f", "reward_last": 0.9, "steps": 5}
+    assert content_cache_key(ctx(), {"base": a}) == content_cache_key(ctx(), {"base": b})
+    assert content_cache_key(ctx(), {"base": a}) != content_cache_key(ctx(), {"base": {**a, "fingerprint": "policy@2e"}})
+
+
 def test_cache_key_depends_on_config():
     from dr_core.presets import preset
 
@@ -30,8 +37,10 @@ def test_cache_key_depends_on_config():
     assert content_cache_key(ctx(), {"cfg": preset("tiny")}) == content_cache_key(ctx(), {"cfg": preset("tiny")})
 
 
-def test_code_version_is_stable_hex():
-    assert code_version() == code_version() and len(code_version()) == 16
+def test_code_versions_are_per_step_hex():
+    versions = {m: code_version(m) for m in ("tasks.round", "tasks.train", "tasks.stale_fresh")}
+    assert all(len(v) == 16 and set(v) <= set("0123456789abcdef") for v in versions.values())
+    assert len(set(versions.values())) == 3  # each step's own code (tests/test_cache_keys.py: edits)
 
 
 @pytest.mark.parametrize(

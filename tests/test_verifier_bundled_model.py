@@ -26,7 +26,9 @@ def tiny_verifier():
 
 
 def test_balanced_verdicts_vary_and_split_the_probe_in_half(tiny_verifier):
-    from dr_core.evaluator.evaluate import Check, probe_checks, verdict_bias, verify
+    from dr_core.evaluator.calibrate import probe_checks, verdict_bias
+    from dr_core.evaluator.items import Check
+    from dr_core.evaluator.verify import verify
 
     probe = probe_checks()
     verdicts, stats = verify(tiny_verifier, probe)

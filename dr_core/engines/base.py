@@ -4,7 +4,7 @@ An engine takes a batch of chat conversations and returns one ``Completion`` per
 texts, why each stopped, and token counts. Output can be constrained to a JSON schema or to a fixed set of
 choices (vLLM structured outputs). Engines that set ``supports_logprobs`` also return, on request
 (``logprobs=N``), the top-N log-probabilities of every generated token (``Completion.top_logprobs``); the
-calibrated verifier (``dr_core.evaluator.evaluate``) reads the first token's. Implementations are imported lazily by ``make_engine`` (``dr_core.engines``).
+calibrated verifier (``dr_core.evaluator.calibrate``) reads the first token's. Implementations are imported lazily by ``make_engine`` (``dr_core.engines``).
 
     python -c "from dr_core.engines import make_engine; from dr_core.config import EngineConfig; \\
                e = make_engine(EngineConfig()); print(e.chat([[{'role': 'user', 'content': 'Hi'}]])[0].texts)"
@@ -13,8 +13,9 @@ calibrated verifier (``dr_core.evaluator.evaluate``) reads the first token's. Im
 from __future__ import annotations
 
 import abc
-import math
 from dataclasses import dataclass
+
+from dr_core.scoring.mathutil import logsumexp
 
 Message = dict[str, str]
 Conversation = list[Message]
@@ -108,8 +109,7 @@ def merge_logprobs(pairs) -> dict[str, float]:
     for text, lp in pairs:
         lp = float(lp)
         if text in out:
-            hi, lo = max(out[text], lp), min(out[text], lp)
-            out[text] = hi + math.log1p(math.exp(lo - hi)) if lo > -math.inf else hi
+            out[text] = logsumexp((out[text], lp))
         else:
             out[text] = lp
     return out

@@ -22,10 +22,10 @@ fits a 4k-token context with room for the rubric.
 
 from __future__ import annotations
 
-import copy
 from typing import Literal, Sequence
 
-from dr_core.rubric.schema import RUBRIC_JSON_SCHEMA, WEIGHT_MAX, WEIGHT_MIN
+from dr_core.constants import WEIGHT_MAX, WEIGHT_MIN
+from dr_core.rubric.schema import rubric_json_schema
 
 #: The rubric length the generator is asked for (the schema below enforces the upper bound).
 MIN_ITEMS, MAX_GEN_ITEMS = 2, 8
@@ -39,12 +39,9 @@ CANDIDATES_TOTAL_CHARS = 8000
 VERIFIED_RESPONSE_CHARS = 4000
 CLIP_MARK = " [...]"
 
-#: Generation schema: RUBRIC_JSON_SCHEMA with tighter bounds, so a constrained rubric ends well within max_tokens.
-GENERATOR_JSON_SCHEMA: dict = copy.deepcopy(RUBRIC_JSON_SCHEMA)
-GENERATOR_JSON_SCHEMA["properties"]["rubrics"]["maxItems"] = MAX_GEN_ITEMS
-GENERATOR_JSON_SCHEMA["properties"]["rubrics"]["items"]["properties"]["criterion"]["maxLength"] = (
-    MAX_GEN_CRITERION_CHARS
-)
+#: Generation schema: the rubric model's schema (RUBRIC_JSON_SCHEMA) with tighter bounds, on purpose: a constrained
+#: rubric then ends well within max_tokens. ``rubric_json_schema`` refuses bounds looser than the parser's.
+GENERATOR_JSON_SCHEMA: dict = rubric_json_schema(max_items=MAX_GEN_ITEMS, max_criterion_chars=MAX_GEN_CRITERION_CHARS)
 
 #: The verifier's only allowed answers (structured choice); the first means the criterion is met.
 VERDICT_CHOICES = ("yes", "no")

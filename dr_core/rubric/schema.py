@@ -1,8 +1,12 @@
 """Rubric schema, the JSON schema for structured generation, and a total parser of model output.
 
-A rubric is a list of weighted yes/no criteria (paper section 3.4): items (r_m, w_m) with integer w_m in 1..5.
-``parse_rubric(text)`` turns any model output into either a valid ``Rubric`` or a ``RubricError`` that says
-precisely why not (``ParseFailure``). ``UNSCORABLE`` is the single "could not score" value used everywhere.
+A rubric is a list of weighted yes/no criteria (paper section 3.4): items (r_m, w_m) with integer w_m in
+WEIGHT_MIN..WEIGHT_MAX (1..5). ``RubricModel`` (pydantic) is the one declaration of its shape and bounds (the bounds
+themselves are constants of ``dr_core.constants``): ``RUBRIC_JSON_SCHEMA`` / ``rubric_json_schema`` (structured
+generation, also the generator's tighter schema in ``dr_core.rubric.prompts``), the parser's item checks and
+``RubricItem`` all derive from it. ``parse_rubric(text)`` turns any model output into either a valid ``Rubric`` or
+a ``RubricError`` that says precisely why not (``ParseFailure``). ``UNSCORABLE`` (``dr_core.constants``, re-exported
+here) is the single "could not score" value used everywhere.
 
 Two modes:
 - strict (default): for grammar-constrained output (vLLM structured outputs); any defect rejects the rubric.
@@ -19,36 +23,69 @@ import enum
 import json
 import re
 from dataclasses import dataclass, field
+from typing import Annotated
 
-#: The one "could not score" value: a missing verdict, an empty or malformed rubric. Never 0.0.
-UNSCORABLE = None
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-WEIGHT_MIN, WEIGHT_MAX = 1, 5
-MAX_ITEMS = 12
-MAX_CRITERION_CHARS = 300
+from dr_core.constants import MAX_CRITERION_CHARS, MAX_ITEMS, WEIGHT_MAX, WEIGHT_MIN
+from dr_core.constants import UNSCORABLE  # noqa: F401  (re-exported: defined in dr_core.constants)
+
+
+class RubricItemModel(BaseModel):
+    """One criterion as a generator writes it. With ``RubricModel``, the one declaration of the rubric's shape and
+    bounds: the JSON schema for structured generation, the parser's item checks and ``RubricItem`` derive from it."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    criterion: Annotated[str, Field(min_length=1, max_length=MAX_CRITERION_CHARS)]
+    weight: Annotated[int, Field(ge=WEIGHT_MIN, le=WEIGHT_MAX)]
+
+
+class RubricModel(BaseModel):
+    """A rubric as a generator writes it: ``{"rubrics": [{"criterion": ..., "weight": ...}, ...]}``."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    rubrics: Annotated[list[RubricItemModel], Field(min_length=1, max_length=MAX_ITEMS)]
+
+
+def _plain_schema(node, defs: dict):
+    """``node`` with every ``$ref`` inlined and pydantic's annotations (``title``, ``description`` from docstrings)
+    dropped: the plain schema engines are sent, as it was written by hand before the model existed."""
+    if isinstance(node, list):
+        return [_plain_schema(x, defs) for x in node]
+    if not isinstance(node, dict):
+        return node
+    if "$ref" in node:
+        return _plain_schema(defs[node["$ref"].rsplit("/", 1)[-1]], defs)
+    out = {}
+    for key, value in node.items():
+        if key in ("title", "description", "$defs"):
+            continue
+        out[key] = ({name: _plain_schema(v, defs) for name, v in value.items()} if key == "properties"
+                    else _plain_schema(value, defs))
+    return out
+
+
+def rubric_json_schema(*, max_items: int | None = None, max_criterion_chars: int | None = None) -> dict:
+    """The JSON schema of ``RubricModel`` for structured generation (refs inlined, no titles), optionally with a
+    tighter item count or criterion length. Bounds looser than the model's are refused: a grammar-constrained
+    output must always parse."""
+    raw = RubricModel.model_json_schema()
+    schema = _plain_schema(raw, raw.get("$defs", {}))
+    rubrics = schema["properties"]["rubrics"]
+    criterion = rubrics["items"]["properties"]["criterion"]
+    for bound, holder, key in ((max_items, rubrics, "maxItems"), (max_criterion_chars, criterion, "maxLength")):
+        if bound is None:
+            continue
+        if not 1 <= bound <= holder[key]:
+            raise ValueError(f"{key} {bound} is not within the rubric model's 1..{holder[key]}")
+        holder[key] = bound
+    return schema
+
 
 #: JSON schema for structured rubric generation: bounded so that a grammar-constrained output always fits.
-RUBRIC_JSON_SCHEMA: dict = {
-    "type": "object",
-    "properties": {
-        "rubrics": {
-            "type": "array",
-            "minItems": 1,
-            "maxItems": MAX_ITEMS,
-            "items": {
-                "type": "object",
-                "properties": {
-                    "criterion": {"type": "string", "minLength": 1, "maxLength": MAX_CRITERION_CHARS},
-                    "weight": {"type": "integer", "minimum": WEIGHT_MIN, "maximum": WEIGHT_MAX},
-                },
-                "required": ["criterion", "weight"],
-                "additionalProperties": False,
-            },
-        }
-    },
-    "required": ["rubrics"],
-    "additionalProperties": False,
-}
+RUBRIC_JSON_SCHEMA: dict = rubric_json_schema()
 
 
 class ParseFailure(str, enum.Enum):
@@ -75,12 +112,9 @@ class RubricItem:
     weight: int
 
     def __post_init__(self):
-        if not isinstance(self.weight, int) or isinstance(self.weight, bool):
-            raise ValueError(f"weight must be an integer, got {self.weight!r}")
-        if not WEIGHT_MIN <= self.weight <= WEIGHT_MAX:
-            raise ValueError(f"weight must be in {WEIGHT_MIN}..{WEIGHT_MAX}, got {self.weight}")
-        if not self.criterion.strip():
+        if not isinstance(self.criterion, str) or not self.criterion.strip():
             raise ValueError("criterion is empty")
+        RubricItemModel(criterion=self.criterion, weight=self.weight)  # a pydantic ValidationError is a ValueError
 
 
 @dataclass(frozen=True)
@@ -116,21 +150,31 @@ def _norm(criterion: str) -> str:
 
 
 def _check_item(obj, index: int) -> RubricItem | RubricError:
+    """``obj`` checked against ``RubricItemModel`` (other keys ignored); the first defect names the failure."""
     if not isinstance(obj, dict):
         return RubricError(ParseFailure.WRONG_SHAPE, f"item {index} is not an object")
-    for key in ("criterion", "weight"):
+    for key in RubricItemModel.model_fields:
         if key not in obj:
             return RubricError(ParseFailure.MISSING_FIELD, f"item {index} has no '{key}'")
     crit, weight = obj["criterion"], obj["weight"]
-    if not isinstance(crit, str) or not crit.strip():
+    if isinstance(crit, str) and not crit.strip():  # the model's minLength counts spaces; a blank criterion is empty
         return RubricError(ParseFailure.EMPTY_CRITERION, f"item {index}")
-    if len(crit) > MAX_CRITERION_CHARS:
-        return RubricError(ParseFailure.CRITERION_TOO_LONG, f"item {index}: {len(crit)} > {MAX_CRITERION_CHARS} chars")
-    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or int(weight) != weight:
-        return RubricError(ParseFailure.WEIGHT_NOT_INTEGER, f"item {index}: weight {weight!r}")
-    if not WEIGHT_MIN <= weight <= WEIGHT_MAX:
-        return RubricError(ParseFailure.WEIGHT_OUT_OF_RANGE, f"item {index}: weight {weight} not in 1..5")
-    return RubricItem(crit.strip(), int(weight))
+    whole = int(weight) if isinstance(weight, float) and weight.is_integer() else weight  # JSON's 3.0 is 3
+    try:
+        RubricItemModel(criterion=crit, weight=whole)
+    except ValidationError as exc:
+        err = exc.errors()[0]  # in field order: the criterion's defect before the weight's
+        if err["loc"][0] == "criterion":
+            if err["type"] == "string_too_long":
+                limit = err["ctx"]["max_length"]
+                return RubricError(ParseFailure.CRITERION_TOO_LONG, f"item {index}: {len(crit)} > {limit} chars")
+            return RubricError(ParseFailure.EMPTY_CRITERION, f"item {index}")
+        if err["type"] == "int_type":
+            return RubricError(ParseFailure.WEIGHT_NOT_INTEGER, f"item {index}: weight {weight!r}")
+        return RubricError(
+            ParseFailure.WEIGHT_OUT_OF_RANGE, f"item {index}: weight {weight} not in {WEIGHT_MIN}..{WEIGHT_MAX}"
+        )
+    return RubricItem(crit.strip(), whole)
 
 
 def _is_cut_json(body: str) -> bool:

@@ -14,7 +14,7 @@ import numpy as np
 from dr_core.scoring.metrics import is_strict_top1, ndcg
 from dr_core.paths import bundled
 from dr_core.rubric.schema import Rubric, RubricItem
-from dr_core.scoring.equations import anchor_reward, discriminability_reward, mean_ordered_gap, rubric_scores
+from dr_core.scoring.equations import Scores, anchor_reward, discriminability_reward, mean_ordered_gap, rubric_scores
 
 
 @dataclass(frozen=True)
@@ -23,7 +23,7 @@ class DemoResult:
     anchor_ranks: list[int]
     rubric: Rubric
     verdicts: np.ndarray
-    scores: np.ndarray
+    scores: Scores
     r_disc: float
     r_anchor: float
     gap: float

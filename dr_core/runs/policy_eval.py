@@ -34,6 +34,7 @@ from dr_core.rubric import prompts
 from dr_core.config import DEFAULT_MODEL, EngineConfig, engine_config
 from dr_core.datasets import DataError, PromptRow, VerifiableRow, load
 from dr_core.engines import PROMPT_TOO_LONG, Completion, Engine
+from dr_core.engines.pool import EnginePool
 
 Log = Callable[[str], None]
 #: Bootstrap resamples and confidence level of the win-rate interval.
@@ -292,36 +293,6 @@ def baseline_from_file(rows: Sequence[PromptRow], path: str | Path) -> list[Prom
     return out
 
 
-class _Engines:
-    """Engines built on first use, one per distinct config, closed when no later phase needs them (two 135M
-    models fit, but a checkpoint and a large judge need not sit in memory together)."""
-
-    def __init__(self, log: Log):
-        self.log, self.open, self.startup_s = log, {}, 0.0
-
-    def get(self, cfg: EngineConfig) -> Engine:
-        if cfg not in self.open:
-            t = time.perf_counter()
-            from dr_core.model import is_bundled, prepare
-
-            if cfg.kind == "vllm" and is_bundled(cfg.model):
-                prepare(cfg.model, self.log)
-            from dr_core.engines import make_engine
-
-            self.log(f"starting {cfg.kind} engine (model {cfg.model})")
-            self.open[cfg] = make_engine(cfg)
-            self.startup_s += time.perf_counter() - t
-        return self.open[cfg]
-
-    def release(self, cfg: EngineConfig, still_needed: Sequence[EngineConfig | None]) -> None:
-        if cfg in self.open and cfg not in still_needed:
-            self.open.pop(cfg).close()
-
-    def close(self) -> None:
-        while self.open:
-            self.open.popitem()[1].close()
-
-
 def run_eval_policy(*, policy: str, data: str | Path, judge: str | None = None, baseline: str | None = None,
                     task: str | None = None, limit: int | None = None, max_tokens: int = 256, seed: int = 0,
                     max_model_len: int = 4096, api_key: str | None = None,
@@ -354,7 +325,7 @@ def run_eval_policy(*, policy: str, data: str | Path, judge: str | None = None, 
         base_cfg = engine_spec(baseline, max_model_len=max_model_len, api_key=api_key)
     log(f"{len(rows)} prompts from {data}")
     texts = [r.prompt for r in rows]
-    engines = _Engines(log)
+    engines = EnginePool(log)  # closes an engine as soon as no later phase needs it
     names: dict[str, str] = {}
     runs: dict[str, list[Answer]] = {}
     t0 = time.perf_counter()

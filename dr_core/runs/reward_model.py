@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from dr_core.rubric import prompts
-from dr_core.evaluator.evaluate import EvalItem
-from dr_core.scoring.metrics import is_strict_top1, ndcg, pairwise_accuracy
+from dr_core.evaluator.items import EvalItem
+from dr_core.scoring.metrics import score_list_metrics
 
 Log = Callable[[str], None]
 
@@ -96,20 +96,13 @@ def score_items(rm: RewardModel, items: Sequence[EvalItem], *, with_responses: b
 
 
 def score_metrics(fmt: str, scores: Sequence[Sequence[float]], relevance: Sequence[Sequence[float]]) -> dict:
-    """Strict accuracy, ties and (lists) nDCG of score lists whose candidate 0 is the annotated best. Pure."""
-    n = len(scores)
-    if fmt == "pairwise":
-        acc = pairwise_accuracy([s[0] for s in scores], [s[1] for s in scores])
-    else:
-        acc = sum(is_strict_top1(s, 0) for s in scores) / n
-    metrics = {
-        "n": n, "format": fmt, "accuracy": acc,
-        "chance_accuracy": sum(1 / len(s) for s in scores) / n,
-        "ties": sum(s[0] == max(s[1:]) for s in scores) / n,
-        "unscorable": 0.0,
-    }
+    """Strict accuracy, ties and (lists) nDCG of score lists whose candidate 0 is the annotated best
+    (``dr_core.scoring.metrics.score_list_metrics``; a reward model always scores, so nothing is unscorable). Pure."""
+    m = score_list_metrics(fmt, scores, relevance)
+    metrics = {"n": len(scores), "format": fmt, "accuracy": m["accuracy"], "chance_accuracy": m["chance_accuracy"],
+               "ties": m["ties"], "unscorable": 0.0}
     if fmt != "pairwise":
-        metrics["ndcg"] = sum(ndcg(s, r) for s, r in zip(scores, relevance)) / n
+        metrics["ndcg"] = m["ndcg"]
     return metrics
 
 

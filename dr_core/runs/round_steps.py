@@ -5,7 +5,7 @@ of the artifact store; nothing here knows about Prefect or files.
 Algorithm 1, evaluation part, per round t:
   select_inputs      prompts x and their ranked anchor lists C_anchor (appendix B filters: sql/anchor_filter.sql)
   sample_sets        C = K responses per prompt from the policy P(t-1)
-  write_rubrics      the generator's weighted rubric list(s) for each (x, C)                       (section 3.4)
+  generate_rubric_rows the generator's weighted rubric list(s) for each (x, C)                     (section 3.4)
   verify_sets        the frozen verifier's yes/no for every item on every response of C and C_anchor
   score_sets         Eq. 12 scores, R_disc (Eq. 13) on C, R_anchor (Eq. 15) and the Eq. 2 gap on C_anchor,
                      advantages (Eq. 24-25) across a set's rubric rollouts
@@ -21,7 +21,6 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Sequence
 
-import duckdb
 import numpy as np
 import pyarrow as pa
 
@@ -31,11 +30,14 @@ from dr_core.scoring import signals
 from dr_core.store import sql
 from dr_core.datasets import load, load_ranked
 from dr_core.engines import Engine
-from dr_core.evaluator.evaluate import Check, EvalItem, evaluate_sets, generate_rubrics, verify
+from dr_core.evaluator.generate import generate_rubrics
+from dr_core.evaluator.items import Check, EvalItem
+from dr_core.evaluator.score import evaluate_sets
+from dr_core.evaluator.verify import verify
 from dr_core.scoring.metrics import avg_at_k
 from dr_core.paths import bundled
 from dr_core.presets import RoundConfig
-from dr_core.rubric.schema import UNSCORABLE
+from dr_core.constants import UNSCORABLE
 from dr_core.store.schemas import spec
 from dr_core.scoring.equations import (
     anchor_reward,
@@ -83,9 +85,9 @@ def select_inputs(cfg: RoundConfig) -> tuple[Rows, Rows]:
          "score": r.scores[i] if r.scores else None}
         for r in ranked for i, resp in enumerate(r.responses)
     ]
-    con = duckdb.connect()
-    con.register("anchors", pa.Table.from_pylist(rows, schema=spec("anchors").schema))
-    kept = set(sql.run(con, "anchor_filter", {"min_responses": cfg.min_anchor_responses}).column("prompt_id").to_pylist())
+    table = pa.Table.from_pylist(rows, schema=spec("anchors").schema)
+    kept = set(sql.run_on_tables("anchor_filter", {"anchors": table}, {"min_responses": cfg.min_anchor_responses})
+               .column("prompt_id").to_pylist())
     chosen = [r for r in ranked if r.id in kept][: cfg.n_prompts]
     if not chosen:
         raise ValueError(f"{path}: no anchor list passes sql/anchor_filter (min_responses={cfg.min_anchor_responses})")
@@ -124,8 +126,8 @@ def _sets(prompt_rows: Rows, sample_rows: Rows) -> dict[int, tuple[str, list[str
     }
 
 
-def write_rubrics(generator: Engine, prompt_rows: Rows, sample_rows: Rows, cfg: RoundConfig, generator_ckpt: str,
-                  stage: str) -> tuple[Rows, dict]:
+def generate_rubric_rows(generator: Engine, prompt_rows: Rows, sample_rows: Rows, cfg: RoundConfig,
+                         generator_ckpt: str, stage: str) -> tuple[Rows, dict]:
     """``rubric_rollouts`` rubric lists per set (structured JSON output); a rollout with no usable rubric is one row
     with item NULL and its error. Returns (rubric rows, stage cost)."""
     sets = _sets(prompt_rows, sample_rows)
@@ -210,14 +212,14 @@ def score_sets(rubric_rows: Rows, verdict_rows: Rows, stage: str) -> tuple[Rows,
         for target in ("C", "anchor"):
             numbers = sorted(responses.get((s, target), ()))
             matrix = [[_bit(cell.get((s, rollout, target, n, it["item"]))) for it in items] for n in numbers]
-            scores = rubric_scores(weights, matrix) if items and numbers else UNSCORABLE
-            for n, sc in zip(numbers, scores if scores is not UNSCORABLE else [UNSCORABLE] * len(numbers)):
+            scores = rubric_scores(weights, matrix)
+            for n, sc in zip(numbers, scores):
                 score_rows.append({"stage": stage, "set_id": s, "rollout": rollout, "target": target, "response": n,
-                                   "score": None if sc is UNSCORABLE else float(sc)})
+                                   "score": sc})
             if target == "C" and items and numbers:
                 reward["r_disc"] = discriminability_reward(weights, matrix)
-            if target == "anchor" and scores is not UNSCORABLE and len(numbers) >= 2:
-                reward["r_anchor"] = anchor_reward(list(scores))
+            if target == "anchor" and len(numbers) >= 2:
+                reward["r_anchor"] = anchor_reward(scores)
         reward_rows.append(reward)
     _add_advantages(reward_rows)
     return score_rows, reward_rows
@@ -264,7 +266,8 @@ def evaluate_evaluator(generator: Engine, verifier: Engine, cfg: RoundConfig, ch
                        verifier_name: str) -> tuple[Rows, dict]:
     """Strict accuracy (and ties, unscorable; nDCG for lists) of generator + verifier on ``cfg.eval_data``, one
     eval row per (seed, metric) plus the AVG@N rows (seed -1). Returns (eval rows, metrics dict)."""
-    from dr_core.runs.evaluate import eval_items, evaluator_metrics
+    from dr_core.runs.evaluate import eval_items
+    from dr_core.scoring.metrics import evaluator_metrics
 
     _, items, relevance = eval_items(resolve_data(cfg.eval_data), cfg.eval_format, cfg.eval_limit)
     seeds = list(range(cfg.seed, cfg.seed + cfg.eval_seeds))

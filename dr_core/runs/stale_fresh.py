@@ -3,7 +3,7 @@
 After round t of a co-evolution run, the response sets of P(t-1) are scored twice with the same frozen verifier:
 by the **stale** generator G(t-1) (trained on P(t-2)'s outputs) and by the **fresh** G(t) (trained on P(t-1)'s),
 written under stages ``stale`` and ``fresh`` of round t. ``plan`` finds, from the store alone, the checkpoints and
-the sets; ``flows/stale_fresh.py`` runs the scoring; ``dr_core.report.build`` shows the comparison.
+the sets; ``flows/stale_fresh.py`` runs the scoring; ``dr_core.report`` shows the comparison.
 
 Which sets: the measure-stage samples of round t-1 (P(t-1)'s sets, scored by G(t-1) when they were measured); when
 round t-1 was not measured (round 0 without ``measure_start``), the generator-stage samples of round t (the sets

@@ -11,7 +11,6 @@ import csv
 import io
 from pathlib import Path
 
-import duckdb
 import pyarrow as pa
 
 from dr_core.store import sql as named_sql
@@ -90,7 +89,7 @@ def run_query(name: str, store_url: str | None, raw_params: list[str]) -> pa.Tab
     con = _connect(store_url)
     try:
         return named_sql.run(con, name, params)
-    except duckdb.Error as exc:  # a corrupt or foreign part file, say: name the query and the cause
+    except named_sql.DatabaseError as exc:  # a corrupt or foreign part file, say: name the query and the cause
         raise CommandError(f"query {name} failed: {named_sql.first_line(exc)}") from None
 
 
@@ -104,20 +103,14 @@ def _connect(store_url: str | None):
     return store.require_exists().connect()
 
 
-def render(table: pa.Table, fmt: str):
-    """``csv`` or ``json`` (an array of row objects) as a string; a rich Table for ``table``."""
+def render(table: pa.Table, fmt: str) -> str | list[list[str]]:
+    """``csv`` or ``json`` (an array of row objects) as a string; for ``table``, the cells as strings (NULL for a
+    missing value), for the CLI to lay out."""
     if fmt not in FORMATS:
         raise CommandError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
     rows = table.to_pylist()
     if fmt == "table":
-        from rich.table import Table
-
-        out = Table(caption=f"{table.num_rows} row(s)")
-        for name in table.column_names:
-            out.add_column(name, overflow="fold")
-        for r in rows:
-            out.add_row(*("NULL" if v is None else str(v) for v in r.values()))
-        return out
+        return [["NULL" if v is None else str(v) for v in r.values()] for r in rows]
     if fmt == "json":  # NaN and infinities are not JSON: they print as null
         return json_text(rows, indent=1, default=str)
     if fmt == "csv":

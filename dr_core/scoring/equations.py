@@ -1,21 +1,23 @@
 """DynamicRubric scores, rewards and advantages: one pure function per equation of the paper.
 
 Shapes: N responses, M rubric items, K responses in a policy set, n anchor responses, G rollouts in a GRPO group.
-Every function takes numpy arrays or plain lists and returns floats or 1-D float arrays.
+Every function takes numpy arrays or plain lists and returns floats, 1-D float arrays or ``Scores``.
 
 "Could not score" is never 0.0 here: a rubric with no usable item, or a response whose verdicts are missing
-(None or NaN in the verdict matrix), is ``UNSCORABLE`` (None, defined in ``dr_core.rubric.schema``). Callers count it.
+(None or NaN in the verdict matrix), is ``UNSCORABLE`` (None, defined in ``dr_core.constants``). Callers count it.
+``rubric_scores`` always returns ``Scores``: one entry per response, each a float or ``UNSCORABLE``.
 
     python -c "from dr_core.scoring.equations import rubric_scores; print(rubric_scores([3, 1], [[1, 0], [1, 1]]))"
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
-from dr_core.rubric.schema import UNSCORABLE, WEIGHT_MAX, WEIGHT_MIN
+from dr_core.constants import UNSCORABLE, WEIGHT_MAX, WEIGHT_MIN
 
 #: TRL's GRPO adds this to the group standard deviation before dividing (trl GRPOTrainer, scale_rewards="group").
 ADV_EPS = 1e-4
@@ -44,21 +46,60 @@ def _verdicts(verdicts, m: int) -> tuple[np.ndarray, np.ndarray]:
     return v, ~np.isnan(v).any(axis=1)
 
 
-def rubric_scores(weights, verdicts):
+@dataclass(frozen=True, eq=False)
+class Scores(Sequence):
+    """Eq. 12 scores of N responses under one rubric, the unscorable state explicit.
+
+    As a sequence, entry i is response i's score as a float, or ``UNSCORABLE`` (what artifacts store and what
+    ``anchor_reward``, ``mean_ordered_gap`` and the metrics read). ``values``: (N,) float64, read-only, NaN where
+    unscorable; ``scorable``: (N,) bool.
+    """
+
+    values: np.ndarray
+
+    def __post_init__(self):
+        values = np.array(self.values, dtype=np.float64)
+        if values.ndim != 1:
+            raise ValueError(f"scores must be 1-D (N,), got shape {values.shape}")
+        values.setflags(write=False)
+        object.__setattr__(self, "values", values)
+
+    @property
+    def scorable(self) -> np.ndarray:
+        return ~np.isnan(self.values)
+
+    def __len__(self) -> int:
+        return self.values.size
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[k] for k in range(len(self))[i]]
+        s = self.values[i]
+        return UNSCORABLE if np.isnan(s) else float(s)
+
+    def __repr__(self) -> str:
+        return f"Scores({list(self)})"
+
+
+def _score_array(scores) -> np.ndarray:
+    """(n,) float scores, NaN where unscorable: from ``Scores`` or any sequence of floats / ``UNSCORABLE``."""
+    if isinstance(scores, Scores):
+        return scores.values
+    return np.array([np.nan if x is UNSCORABLE else x for x in scores], dtype=np.float64)
+
+
+def rubric_scores(weights, verdicts) -> Scores:
     """Eq. 12: E(x, y | C) = sum_m w_m v_m(y) / sum_m w_m for every response.
 
     weights: (M,) ints 1..5. verdicts: (N, M) of 0/1; None/NaN marks a missing verdict.
-    Returns (N,) float array; ``UNSCORABLE`` (None) when the rubric has no item. If some responses miss a verdict,
-    the result is an (N,) object array holding None for those responses and floats for the rest.
+    Returns (N,) ``Scores``: a response with a missing verdict is unscorable, and every response is when the
+    rubric has no item.
     """
     w = _weights(weights)
-    if w.size == 0:
-        return UNSCORABLE
     v, complete = _verdicts(verdicts, w.size)
-    scores = np.nan_to_num(v) @ w / w.sum()
-    if complete.all():
-        return scores
-    return np.array([float(s) if ok else UNSCORABLE for s, ok in zip(scores, complete)], dtype=object)
+    if w.size == 0:
+        return Scores(np.full(v.shape[0], np.nan))
+    return Scores(np.where(complete, np.nan_to_num(v) @ w / w.sum(), np.nan))
 
 
 def discriminability_reward(weights, verdicts):
@@ -83,10 +124,10 @@ def anchor_reward(scores):
     scores: (n,) Eq. 12 scores of the anchor responses in anchor rank order, best first (n >= 2).
     Returns a float <= 0; ``UNSCORABLE`` when any score is unscorable.
     """
-    if scores is UNSCORABLE or any(s is UNSCORABLE for s in scores):
-        return UNSCORABLE
-    s = np.asarray(scores, dtype=np.float64)
+    s = _score_array(scores)
     n = s.size
+    if np.isnan(s).any():
+        return UNSCORABLE
     if n < 2:
         raise ValueError(f"anchor_reward needs at least 2 ranked scores, got {n}")
     i, j = np.triu_indices(n, k=1)  # 0-based, i < j
@@ -126,9 +167,7 @@ def mean_ordered_gap(scores):
     scores: (n,), n >= 2; unscorable entries drop the pairs they are in. Returns a float, or ``UNSCORABLE`` when
     no pair has both scores.
     """
-    if scores is UNSCORABLE:
-        return UNSCORABLE
-    s = np.array([np.nan if x is UNSCORABLE else x for x in scores], dtype=np.float64)
+    s = _score_array(scores)
     if s.size < 2:
         raise ValueError(f"mean_ordered_gap needs at least 2 scores, got {s.size}")
     i, j = np.triu_indices(s.size, k=1)

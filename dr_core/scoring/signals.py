@@ -26,6 +26,8 @@ import statistics
 from collections import defaultdict
 from typing import Iterable, Mapping, Sequence
 
+from dr_core.constants import TRAINED_ROLES
+
 #: A group whose reward std is below this has no gradient (TRL divides by std + 1e-4; rewards are O(1)).
 ZERO_STD = 1e-6
 #: Verifier yes-rates above / below these are flagged: scores can hardly separate responses.
@@ -34,8 +36,6 @@ YES_RATE_HIGH, YES_RATE_LOW = 0.95, 0.05
 MOSTLY_ZERO_STD = 0.5
 #: A round with at least this share of constant-score sets is flagged.
 CONSTANT_SCORE_WARN = 0.5
-
-ROLES = ("generator", "policy")
 
 
 def group_std(rewards: Iterable[float | None]) -> float | None:
@@ -179,7 +179,7 @@ def signal_warnings(updates: Iterable[Mapping] = (), yes_rates: Mapping[int, flo
     round -> the share of those sets with constant Eq. 12 scores. None values say nothing."""
     found: list[tuple[int, int, str]] = []
     for u in updates:
-        order = ROLES.index(u["role"]) if u["role"] in ROLES else len(ROLES)
+        order = TRAINED_ROLES.index(u["role"]) if u["role"] in TRAINED_ROLES else len(TRAINED_ROLES)
         found += [(u["round"], order, w) for w in update_warnings(u["role"], u["round"], u.get("steps"))]
     for t, rate in (yes_rates or {}).items():
         if (w := yes_rate_warning(t, rate)) is not None:

@@ -30,6 +30,7 @@ import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from dr_core.hashing import update_from_file
 from dr_core.store import atomic
 from dr_core.paths import cache_dir
 from dr_core.store.schemas import TABLES, conform, spec, to_arrow
@@ -189,6 +190,18 @@ class Store:
         spec(table)
         return self._uri(f"{table}/**/*.parquet")
 
+    def local_root(self) -> Path | None:
+        """The store's directory for a local store; None for S3."""
+        return Path(self.root) if self.protocol == "file" else None
+
+    @property
+    def endpoint_url(self) -> str | None:
+        """The S3 endpoint the store talks to (its ``S3Options``, else the one s3fs resolved); None for a local
+        store or the AWS default."""
+        if self.protocol == "file":
+            return None
+        return (self.s3.endpoint_url if self.s3 else None) or getattr(self.fs, "endpoint_url", None)
+
     # -- writing ----------------------------------------------------------------------------------------------
     def write(self, table: str, data, part: str = "data", **keys) -> str:
         """Write one step's rows as ``<table>/<keys>/<part>.parquet``, replacing that file if it exists; return its URI.
@@ -331,11 +344,8 @@ class Store:
 
     def content_hash(self, uri: str) -> str:
         """``sha256:<hex>`` of the file's bytes: the same rows written again hash the same (cache keys)."""
-        h = hashlib.sha256()
         with self._errors(f"reading {uri}"), self.fs.open(self._path(uri), "rb") as fh:
-            while chunk := fh.read(1 << 20):
-                h.update(chunk)
-        return f"sha256:{h.hexdigest()}"
+            return f"sha256:{update_from_file(hashlib.sha256(), fh).hexdigest()}"
 
     # -- DuckDB -----------------------------------------------------------------------------------------------
     def connect(self) -> duckdb.DuckDBPyConnection:
@@ -384,6 +394,19 @@ class Store:
         con.execute("SET enable_external_access = false")
         con.execute("SET lock_configuration = true")
         return con
+
+    # -- files that are not tables (anchor files dropped under a prefix) --------------------------------------
+    def files_under(self, prefix: str, suffix: str = "") -> list[str]:
+        """Sorted URIs of the files under ``<store>/<prefix>`` whose names end with ``suffix`` ([] if none)."""
+        root = f"{self.root}/{prefix.strip('/')}"
+        with self._errors(f"listing {prefix}"):
+            found = self.fs.find(root) if self.fs.exists(root) else []
+        return sorted(self._uri(_strip_root(p, self.root)) for p in found if p.endswith(suffix))
+
+    def read_bytes(self, uri: str) -> bytes:
+        """The bytes of one file of this store."""
+        with self._errors(f"reading {uri}"):
+            return self.fs.cat_file(self._path(uri))
 
 
 def _sql_str(value: str) -> str:

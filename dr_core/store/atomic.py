@@ -13,6 +13,13 @@ so it is removed; one still locked is a write in progress and is left alone.
 ``write_all_atomic([(path, payload), ...])`` writes several outputs of one command together: every temp file is
 written first, and only then are they renamed, so a failure leaves none of the new files.
 
+``write_json_atomic`` / ``write_jsonl_atomic``: one JSON document / JSON Lines records (strict JSON: ``json_text``).
+
+``publish_dir(staged, target)``: the directory counterpart. A directory built in full beside ``target`` (a
+``<name>.partial`` or temp directory in the same parent) takes ``target``'s place in one rename; an old
+``target`` is removed first, and the parent directory is fsynced. A crash leaves the staged directory, never a
+half-filled ``target``.
+
 ``check_output_path(path)`` refuses, before any work, a path that is a directory, lies under a regular file, or
 whose directory cannot be created or written.
 
@@ -26,6 +33,7 @@ import fcntl
 import json
 import math
 import os
+import shutil
 import tempfile
 from decimal import Decimal
 from pathlib import Path
@@ -177,6 +185,18 @@ def write_atomic(path: str | Path, payload: bytes | str, fault: str | None = Non
     write_all_atomic([(path, payload)], fault)
 
 
+def publish_dir(staged: str | Path, target: str | Path) -> Path:
+    """Make the finished directory ``staged`` (built beside ``target``, or in a temp directory beside it: the same
+    filesystem, so the rename is atomic) appear as ``target``: an old ``target`` is removed, then ``staged`` is renamed onto it and the parent
+    directory fsynced. Returns ``target`` as a Path."""
+    staged, target = Path(staged), Path(target)
+    if target.exists():  # a finished old copy or a leftover: os.replace cannot replace a non-empty directory
+        shutil.rmtree(target)
+    os.replace(staged, target)
+    _fsync_dir(str(target.parent))
+    return target
+
+
 def json_safe(obj):
     """``obj`` with every non-finite float (NaN, +-inf: not JSON) replaced by None (null: "n/a")."""
     if isinstance(obj, Decimal):  # SQL DECIMAL: a JSON number
@@ -194,3 +214,18 @@ def json_text(obj, indent: int | None = 2, default=None) -> str:
     """``obj`` as strict JSON text: non-finite floats become null, never the invalid NaN/Infinity tokens.
     ``default``: how to write other objects (e.g. ``str`` for SQL dates); None: TypeError, before any file."""
     return json.dumps(json_safe(obj), indent=indent, ensure_ascii=False, allow_nan=False, default=default) + "\n"
+
+
+def jsonl_text(records) -> str:
+    """``records`` as JSON Lines text: one strict JSON object per line."""
+    return "".join(json_text(r, indent=None) for r in records)
+
+
+def write_json_atomic(path: str | Path, obj) -> None:
+    """Write ``obj`` as strict JSON (``json_text``) atomically."""
+    write_atomic(path, json_text(obj))
+
+
+def write_jsonl_atomic(path: str | Path, records) -> None:
+    """Write ``records`` as JSON Lines (``jsonl_text``) atomically."""
+    write_atomic(path, jsonl_text(records))

@@ -17,16 +17,15 @@ import json
 import shutil
 from pathlib import Path
 
+from dr_core.constants import COMPLETE_MARKER, TRAINED_ROLES
 from dr_core.paths import cache_dir
 from dr_core.store.artifacts import Store
-
-MARKER = ".dr-complete"
-ROLES = ("generator", "policy")
+from dr_core.store.atomic import publish_dir
 
 
 def checkpoint_uri(store: Store, run_id: str, round_no: int, role: str) -> str:
-    if role not in ROLES:
-        raise ValueError(f"role must be one of {ROLES}, got {role!r}")
+    if role not in TRAINED_ROLES:
+        raise ValueError(f"role must be one of {TRAINED_ROLES}, got {role!r}")
     return f"{store.url}/models/run_id={run_id}/round={round_no}/{role}"
 
 
@@ -40,13 +39,12 @@ def save(store: Store, local_dir: str | Path, run_id: str, round_no: int, role: 
     if store.protocol == "file":
         tmp = Path(dest + ".partial")
         shutil.rmtree(tmp, ignore_errors=True)
-        shutil.copytree(src, tmp, ignore=shutil.ignore_patterns(MARKER))
-        shutil.rmtree(dest, ignore_errors=True)
-        tmp.rename(dest)
+        shutil.copytree(src, tmp, ignore=shutil.ignore_patterns(COMPLETE_MARKER))
+        publish_dir(tmp, dest)
     else:
-        for f in sorted(p for p in src.rglob("*") if p.is_file() and p.name != MARKER):
+        for f in sorted(p for p in src.rglob("*") if p.is_file() and p.name != COMPLETE_MARKER):
             store.fs.put_file(str(f), f"{dest}/{f.relative_to(src).as_posix()}")
-    store.fs.pipe_file(f"{dest}/{MARKER}", b"complete\n")
+    store.fs.pipe_file(f"{dest}/{COMPLETE_MARKER}", b"complete\n")
     return uri
 
 
@@ -54,17 +52,17 @@ def materialise(store: Store, uri: str) -> Path:
     """A local directory holding the checkpoint at ``uri``: the directory itself for a local store, else a
     download into the cache (reused while complete)."""
     path = store._path(uri)
-    if not store.fs.exists(f"{path}/{MARKER}"):
-        raise FileNotFoundError(f"checkpoint {uri} is missing or incomplete (no {MARKER})")
+    if not store.fs.exists(f"{path}/{COMPLETE_MARKER}"):
+        raise FileNotFoundError(f"checkpoint {uri} is missing or incomplete (no {COMPLETE_MARKER})")
     if store.protocol == "file":
         return Path(path)
     local = cache_dir() / "checkpoints" / hashlib.sha256(uri.encode()).hexdigest()[:16]
-    if not (local / MARKER).exists():
+    if not (local / COMPLETE_MARKER).exists():
         shutil.rmtree(local, ignore_errors=True)
         tmp = local.with_suffix(".partial")
         shutil.rmtree(tmp, ignore_errors=True)
         store.fs.get(path, str(tmp), recursive=True)
-        tmp.rename(local)
+        publish_dir(tmp, local)
     return local
 
 

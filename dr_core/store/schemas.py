@@ -25,9 +25,9 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-STAGES = ("generator", "policy", "measure", "stale", "fresh")
+from dr_core.constants import STAGES, TRAINED_ROLES
+
 TARGETS = ("C", "anchor")
-ROLES = ("generator", "policy")
 
 RUN_KEYS = ("run_id", "round")
 
@@ -254,7 +254,7 @@ def conform(table: str, data) -> pa.Table:
     return out
 
 
-_ENUMS = {"stage": STAGES, "target": TARGETS, "role": ROLES}
+_ENUMS = {"stage": STAGES, "target": TARGETS, "role": TRAINED_ROLES}
 
 
 def _check_enums(table: str, t: pa.Table) -> None:

@@ -22,6 +22,10 @@ import pyarrow as pa
 
 from dr_core.paths import SQL_DIR
 
+#: The DuckDB names other packages need, so that only dr_core/store imports duckdb (tests/test_structure.py).
+Connection = duckdb.DuckDBPyConnection
+DatabaseError = duckdb.Error
+
 _PARAM = re.compile(r"^--\s*param\s+(\w+)\s+(\w+)(?:\s*=\s*([^:]+?))?\s*:\s*(.*)$")
 _CONVERT = {
     "VARCHAR": str,
@@ -120,6 +124,21 @@ def run(con: duckdb.DuckDBPyConnection, name: str, params: dict[str, object] | N
     query = load(name, sql_dir)
     values = query.bind(params)
     return con.sql(query.text, params=values or None).to_arrow_table()
+
+
+def run_on_tables(name: str, tables: dict[str, pa.Table], params: dict[str, object] | None = None,
+                  sql_dir: Path = SQL_DIR) -> pa.Table:
+    """Run the named query over in-memory ``tables`` (view name -> rows) instead of a store, on a connection that
+    can read nothing else (no files, no URLs, no extensions)."""
+    con = duckdb.connect()
+    try:
+        for view, table in tables.items():
+            con.register(view, table)
+        con.execute("SET enable_external_access = false")
+        con.execute("SET lock_configuration = true")
+        return run(con, name, params, sql_dir)
+    finally:
+        con.close()
 
 
 _EXPLAIN = re.compile(r"^\s*EXPLAIN\b\s*(\(.*?\)\s*)?(?P<analyze>ANALY[SZ]E\b)?", re.IGNORECASE | re.DOTALL)

@@ -74,7 +74,7 @@ On CPU: float32 (``bf16=False``), ``OMP_NUM_THREADS=1``, ``use_vllm=False`` (TRL
 several CPU processes (DeepSpeed tests) get ``ddp_backend="gloo"``, which accelerate does not pick by itself.
 Multi-GPU: ``accelerate launch --config_file infra/accelerate/zero2.yaml -m dr_core.train.launch ...``.
 
-    python -c "from dr_core.train.grpo import GRPOSettings; print(GRPOSettings())"
+    python -c "from dr_core.train.settings import GRPOSettings; print(GRPOSettings())"
 """
 
 from __future__ import annotations
@@ -88,18 +88,19 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
-from typing import Literal
-
-from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dr_core.engines.base import Engine
-from dr_core.evaluator.evaluate import EvalItem, GeneratedRubric, evaluate_sets, score_rubrics, shuffled_order
+from dr_core.evaluator.generate import shuffled_order
+from dr_core.evaluator.items import EvalItem, GeneratedRubric
+from dr_core.evaluator.score import evaluate_sets, score_rubrics
 from dr_core import faults
 from dr_core.rubric import prompts
-from dr_core.store.atomic import write_atomic
-from dr_core.model import COMPLETE_MARKER
-from dr_core.rubric.schema import UNSCORABLE, Rubric, RubricError, parse_rubric
+from dr_core.store.atomic import publish_dir, write_atomic
+from dr_core.constants import COMPLETE_MARKER
+from dr_core.constants import UNSCORABLE
+from dr_core.rubric.schema import Rubric, RubricError, parse_rubric
 from dr_core.scoring.equations import anchor_reward, combined_advantages
+from dr_core.train.settings import GRPOSettings
 
 FINAL_DIR = "final"
 CHECKPOINTS_DIR = "checkpoints"
@@ -112,69 +113,6 @@ OnRollouts = Callable[[list[dict]], None]
 
 class GroupSplitError(RuntimeError):
     """A reward call got a group of rollouts that is split or incomplete: its set-level reward cannot be computed."""
-
-
-class GRPOSettings(BaseModel):
-    """GRPO hyper-parameters for one update (generator or policy). Defaults: appendix D where it applies (beta,
-    K=8), sized down for small models otherwise. Frozen: a value that can go into cache keys."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    learning_rate: float = Field(5e-6, gt=0, description="AdamW learning rate (paper: 5e-6 generator, 1e-6 policy).")
-    beta: float = Field(0.01, ge=0, description="KL coefficient against the reference (start) model (paper: 0.01).")
-    num_generations: int = Field(
-        8, ge=2, description="Rollouts per prompt: G rubrics per set (generator), K responses per prompt (policy)."
-    )
-    max_completion_length: int = Field(256, ge=1, description="Most tokens per rollout (a rubric or a response).")
-    per_device_train_batch_size: int = Field(
-        8, ge=1, description="Completions per process per optimiser micro-step. x steps_per_generation must be a "
-        "multiple of num_generations, so that every process scores whole groups."
-    )
-    gradient_accumulation_steps: int = Field(1, ge=1, description="Micro-steps per optimiser step.")
-    steps_per_generation: int | None = Field(
-        None, ge=1, description="Micro-steps served by one generation round (None: gradient_accumulation_steps)."
-    )
-    max_steps: int = Field(10, ge=1, description="Optimiser steps of this update.")
-    temperature: float = Field(1.0, gt=0, description="Sampling temperature of the rollouts.")
-    seed: int = Field(0, description="Seeds TRL, the candidate shuffle shown to the generator and G(t)'s sampling.")
-    save_steps: int = Field(50, ge=1, description="Save a resumable checkpoint every this many optimiser steps.")
-    save_total_limit: int | None = Field(2, ge=1, description="Resumable checkpoints kept (None: all).")
-    keep_resume_checkpoints: bool = Field(
-        False, description="Keep out_dir/checkpoints once the final model is saved (model + optimiser state: about "
-        "3x the model's size; only a crash before the final save needs them)."
-    )
-    lam: float = Field(1.0, ge=0, description="Eq. 17 / 24: weight of the anchor advantage (generator only).")
-    use_lora: bool = Field(False, description="Train a LoRA adapter (merged into the final checkpoint).")
-    lora_r: int = Field(16, ge=1, description="LoRA rank (use_lora only).")
-    lora_alpha: int = Field(32, ge=1, description="LoRA alpha (use_lora only).")
-    bf16: bool = Field(False, description="bfloat16 training. Keep False on CPU (bf16 is 3-8x slower there).")
-    deepspeed: str | None = Field(
-        None, description="Path of a DeepSpeed JSON config (infra/deepspeed/*.json), or None. Under `accelerate "
-        "launch --config_file infra/accelerate/zero*.yaml` accelerate supplies it instead."
-    )
-    rubric_temperature: float = Field(
-        0.7, ge=0, description="Policy update only: sampling temperature of the fixed G(t) writing a group's rubric."
-    )
-    rubric_max_tokens: int = Field(512, ge=16, description="Policy update only: most tokens of G(t)'s rubric.")
-    rubric_format: Literal["lines", "json"] = Field(
-        "lines", description="Generator update only: how rollouts write rubrics. 'lines': one '[w] criterion' per "
-        "line, the rollout primed with prompts.LINES_ROLLOUT_PREFIX (a 135M model writes parseable lines, not free "
-        "JSON); 'json': the JSON format of the structured-output prompt, unprimed (capable models)."
-    )
-    logging_steps: int = Field(1, ge=1, description="TRL logs metrics every this many steps.")
-
-    @model_validator(mode="after")
-    def _whole_groups(self):
-        per_generation = self.per_device_train_batch_size * (self.steps_per_generation or self.gradient_accumulation_steps)
-        if per_generation % self.num_generations:
-            raise ValueError(
-                f"per_device_train_batch_size x steps_per_generation = {per_generation} is not a multiple of "
-                f"num_generations = {self.num_generations}: a process would score a split group. Make "
-                "per_device_train_batch_size a multiple of num_generations."
-            )
-        if self.deepspeed is not None and not Path(self.deepspeed).is_file():
-            raise ValueError(f"deepspeed config {self.deepspeed!r} does not exist (see infra/deepspeed/)")
-        return self
 
 
 @dataclass(frozen=True)
@@ -633,9 +571,7 @@ def _train(
         saved["trl_advantages"] = []
         (partial / RESULT_FILE).write_text(json.dumps(saved))
         (partial / COMPLETE_MARKER).write_text(json.dumps({"steps": steps}) + "\n")  # last: the model is whole
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(partial, final)
+        publish_dir(partial, final)
     trainer.accelerator.wait_for_everyone()
     if main and not settings.keep_resume_checkpoints:
         shutil.rmtree(ckpt_dir, ignore_errors=True)

@@ -23,11 +23,11 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from dr_core.constants import TRAINED_ROLES
 from dr_core.engines.base import Engine
-from dr_core.train.grpo import GeneratorRow, GRPOSettings, PolicyRow, TrainResult, result_dict, train_generator, train_policy
+from dr_core.train.grpo import GeneratorRow, PolicyRow, TrainResult, result_dict, train_generator, train_policy
+from dr_core.train.settings import GRPOSettings
 from dr_core.paths import cache_dir
-
-ROLES = ("generator", "policy")
 
 
 def extensions_dir() -> Path:
@@ -75,7 +75,7 @@ def run(role: str, base: str, rows, settings: GRPOSettings, out: str | Path, gen
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m dr_core.train.launch", description=__doc__.split("\n\n")[0])
-    p.add_argument("role", choices=ROLES)
+    p.add_argument("role", choices=TRAINED_ROLES)
     p.add_argument("--base", required=True, help="checkpoint to start from (Hugging Face directory)")
     p.add_argument("--rows", required=True, help="JSON lines of GeneratorRow / PolicyRow fields")
     p.add_argument("--settings", required=True, help="GRPOSettings as JSON")

@@ -23,14 +23,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from dr_core.rubric import prompts
 from dr_core.config import EngineConfig  # noqa: E402
-from dr_core.evaluator.evaluate import (  # noqa: E402
-    VERDICT_LOGPROBS,
-    Check,
-    _first_logodds,
-    content_free_checks,
-    verdict_bias,
-    verify,
-)
+from dr_core.evaluator.calibrate import VERDICT_LOGPROBS, first_logodds, content_free_checks, verdict_bias
+from dr_core.evaluator.items import Check
+from dr_core.evaluator.verify import verify
 from dr_core.paths import bundled  # noqa: E402
 
 
@@ -76,15 +71,15 @@ def main() -> None:
         bias = verdict_bias(engine)
         convs = [prompts.verifier_messages(c.prompt, c.response, c.criterion) for c in checks]
         free = engine.chat(convs, max_tokens=1, logprobs=VERDICT_LOGPROBS)
-        odds = [_first_logodds(o) for o in free]
+        odds = [first_logodds(o) for o in free]
         # reference arm: log-odds under the choice constraint (only lowercase yes/no tokens survive the mask)
         cf = content_free_checks()
         cf_convs = [prompts.verifier_messages(c.prompt, c.response, c.criterion) for c in cf]
         masked = engine.chat(convs, max_tokens=1, logprobs=VERDICT_LOGPROBS, choices=list(prompts.VERDICT_CHOICES))
         masked_cf = engine.chat(cf_convs, max_tokens=1, logprobs=VERDICT_LOGPROBS,
                                 choices=list(prompts.VERDICT_CHOICES))
-        m_odds = [_first_logodds(o) for o in masked]
-        m_cf = [o for o in map(_first_logodds, masked_cf) if o is not None]
+        m_odds = [first_logodds(o) for o in masked]
+        m_cf = [o for o in map(first_logodds, masked_cf) if o is not None]
         m_bias = sum(m_cf) / len(m_cf) if m_cf else 0.0
         m_verdicts = [None if o is None else int(o - m_bias > 0) for o in m_odds]
     finally:

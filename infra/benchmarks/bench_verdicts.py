@@ -36,7 +36,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from dr_core.config import engine_config  # noqa: E402
 from dr_core.datasets import load  # noqa: E402
-from dr_core.evaluator.evaluate import Check, EvalItem, generate_rubrics, verify  # noqa: E402
+from dr_core.evaluator.generate import generate_rubrics  # noqa: E402
+from dr_core.evaluator.items import Check, EvalItem  # noqa: E402
+from dr_core.evaluator.verify import verify  # noqa: E402
 from dr_core.paths import REPO_DIR, bundled  # noqa: E402
 from dr_core.scoring.equations import rubric_scores  # noqa: E402
 
@@ -105,8 +107,7 @@ def set_metrics(sets: list[dict], verdicts: list[int | None]) -> dict:
         for _ in s["anchors"]:
             [next(it) for _ in range(m)]
         scores = rubric_scores(weights, cand)
-        vals = [float(v) for v in scores if v is not None]
-        constant += len(vals) == len(scores) and max(vals) - min(vals) < 1e-9
+        constant += bool(scores.scorable.all()) and float(np.ptp(scores.values)) < 1e-9
         d = discriminability_reward(weights, cand)
         if d is not None:
             r_disc.append(float(d))
@@ -205,8 +206,7 @@ def main() -> None:
                     start, weights = lay
                     m = len(weights)
                     matrix = [on_pairs[start:start + m], on_pairs[start + m:start + 2 * m]]
-                    s = rubric_scores(weights, matrix)
-                    scores.append(tuple(None if v is None else float(v) for v in s))
+                    scores.append(tuple(rubric_scores(weights, matrix)))
                 p_yes, p_n = rate(probe)
                 v_yes, v_n = rate(on_pairs)
                 row = {

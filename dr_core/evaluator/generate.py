@@ -1,0 +1,94 @@
+"""Rubric generation, batch first: one rubric per (item, seed).
+
+In dynamic mode the generator sees the item's candidates in an order shuffled by
+``random.Random(f"{seed}:{item_index}")`` (the permutation is kept); in static mode (RaR baseline) it sees the
+prompt only. Output is parsed by the total parser (``dr_core.rubric.schema.parse_rubric``); a rubric that cannot be
+used carries its error, never a guess.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import Sequence
+
+from dr_core.constants import UNSCORABLE
+from dr_core.engines.base import Engine
+from dr_core.evaluator.items import EvalItem, GeneratedRubric, Mode, StageStats, DONE_REASONS
+from dr_core.rubric import prompts
+from dr_core.rubric.schema import Rubric, RubricError, parse_rubric
+
+
+def shuffled_order(n: int, seed: int, item_index: int) -> tuple[int, ...]:
+    """The order (original indices) in which the generator sees n candidates for this (seed, item)."""
+    order = list(range(n))
+    random.Random(f"{seed}:{item_index}").shuffle(order)
+    return tuple(order)
+
+
+def _parse(text: str, finish_reason: str, structured: bool) -> tuple[Rubric | None, str | None]:
+    """A complete generation parsed strictly; failing that, every complete item is kept (``Rubric.dropped`` counts
+    the rest: a small model under a grammar still repeats criteria). The strict reason is kept when nothing is."""
+    if finish_reason not in DONE_REASONS:
+        return UNSCORABLE, f"generation_{finish_reason}"  # cut by max_tokens, or the prompt did not fit
+    parsed = parse_rubric(text)
+    if isinstance(parsed, RubricError):
+        recovered = parse_rubric(text, recover=True)
+        if isinstance(recovered, Rubric):
+            return recovered, None
+        return UNSCORABLE, str((parsed if structured else recovered).reason.value)
+    return parsed, None
+
+
+def generate_rubrics(
+    engine: Engine,
+    items: Sequence[EvalItem],
+    seeds: Sequence[int],
+    *,
+    mode: Mode = "dynamic",
+    temperature: float = 0.7,
+    max_tokens: int = 512,
+    structured: bool = True,
+) -> tuple[list[list[GeneratedRubric]], StageStats]:
+    """One rubric for every (item, seed), in one engine call. Returns ``rubrics[i][s]`` and the stage's cost.
+
+    structured: constrain output to ``prompts.GENERATOR_JSON_SCHEMA``; False lets the model write freely (what GRPO
+    rollouts do). Either way a complete output keeps every usable item (``parse_rubric(recover=True)``).
+    """
+    if mode not in ("dynamic", "static"):
+        raise ValueError(f"mode must be 'dynamic' or 'static', got {mode!r}")
+    if not seeds:
+        raise ValueError("need at least one seed")
+    convs, keys = [], []
+    for i, item in enumerate(items):
+        for seed in seeds:
+            if mode == "dynamic":
+                perm = shuffled_order(len(item.candidates), seed, i)
+                convs.append(prompts.dynamic_generator_messages(item.prompt, [item.candidates[k] for k in perm]))
+            else:
+                perm = ()
+                convs.append(prompts.static_generator_messages(item.prompt))
+            keys.append((i, seed, perm))
+    stats = StageStats()
+    if not convs:
+        return [[] for _ in items], stats
+    start = time.perf_counter()
+    outs = engine.chat(
+        convs,
+        n=1,
+        temperature=temperature,
+        max_tokens=max_tokens,
+        json_schema=prompts.GENERATOR_JSON_SCHEMA if structured else None,
+        seed=seeds[0],
+    )
+    stats.add(outs, time.perf_counter() - start)
+    result: list[list[GeneratedRubric]] = [[] for _ in items]
+    for (i, seed, perm), out in zip(keys, outs):
+        rubric, error = _parse(out.texts[0], out.finish_reasons[0], structured)
+        result[i].append(
+            GeneratedRubric(
+                i, seed, perm, out.texts[0], out.finish_reasons[0], rubric, error, out.prompt_tokens,
+                out.completion_tokens[0],
+            )
+        )
+    return result, stats

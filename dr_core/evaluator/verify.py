@@ -1,0 +1,83 @@
+"""Verification, batch first: a yes/no verdict for every (prompt, response, criterion) check in one engine call.
+
+By structured choice ("choice" mode): a verdict that is not a clean yes/no, was cut, or whose prompt did not fit is
+``UNSCORABLE`` (None), never 0. Identical checks are sent once and checks of one response are sent next to each
+other so the prefix cache serves them. The "calibrated" and "balanced" modes read log-odds instead
+(``dr_core.evaluator.calibrate``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Sequence
+
+from dr_core.config import VerdictMode, VerifierPrompt
+from dr_core.constants import UNSCORABLE
+from dr_core.engines.base import Engine
+from dr_core.evaluator.calibrate import (LOGODDS_MODES, ask_logodds, calibrated_verdict, first_logodds, verdict_bias,
+                                        verdict_mode_of, verifier_prompt_of)
+from dr_core.evaluator.items import DONE_REASONS, Check, StageStats
+from dr_core.rubric import prompts
+
+
+def parse_verdict(text: str, finish_reason: str) -> int | None:
+    """1 for a clean yes, 0 for a clean no, ``UNSCORABLE`` for anything else (cut, empty, other words)."""
+    if finish_reason not in DONE_REASONS:
+        return UNSCORABLE
+    word = text.strip().lower().rstrip(".")
+    return 1 if word == "yes" else 0 if word == "no" else UNSCORABLE
+
+
+def verify(
+    engine: Engine,
+    checks: Sequence[Check],
+    *,
+    max_tokens: int = 4,
+    structured: bool = True,
+    verdict_mode: VerdictMode | None = None,
+    verifier_prompt: VerifierPrompt | None = None,
+) -> tuple[list[int | None], StageStats]:
+    """Verdicts for every check (1 yes, 0 no, None unscorable), in input order, from one engine call.
+
+    Greedy decoding. Identical checks are asked once; the rest are grouped by (prompt, response) so that checks
+    sharing a prefix are adjacent in the batch.
+
+    verifier_prompt: None reads the engine's ``config.verifier_prompt`` ("system" or "plain" wording).
+    verdict_mode: None reads the engine's ``config.verdict_mode``. "balanced" is "calibrated" with the threshold
+    from the bundled probe (``verdict_bias(mode="balanced")``). "calibrated" asks for the first token's top
+    log-probabilities without the choice constraint (one token) and compares its yes-vs-no log-odds with the
+    engine's bias: ``config.verdict_bias`` when set, else the content-free estimate (``verdict_bias``; its first
+    computation is counted in the stats). It falls back
+    to "choice" when the engine does not return log-probabilities (``supports_logprobs`` False, or none came
+    back, or the content-free checks gave none) or when ``structured`` is False.
+    """
+    stats = StageStats()
+    unique = list(dict.fromkeys(checks))
+    unique.sort(key=lambda c: (c.prompt, c.response))
+    if not unique:
+        return [], stats
+    mode = verdict_mode or verdict_mode_of(engine)
+    style = verifier_prompt or verifier_prompt_of(engine)
+    if mode not in ("choice", *LOGODDS_MODES):
+        raise ValueError(f"verdict_mode must be 'choice', 'calibrated' or 'balanced', got {mode!r}")
+    if mode in LOGODDS_MODES and structured and getattr(engine, "supports_logprobs", False):
+        fixed = getattr(getattr(engine, "config", None), "verdict_bias", None)
+        bias = fixed if fixed is not None else verdict_bias(engine, stats, style, mode)
+        if bias is not None:
+            start = time.perf_counter()
+            outs = ask_logodds(engine, unique, style)
+            stats.add(outs, time.perf_counter() - start)
+            if any(o.top_logprobs is not None for o in outs):
+                verdict = {c: calibrated_verdict(first_logodds(o), bias) for c, o in zip(unique, outs)}
+                return [verdict[c] for c in checks], stats
+    start = time.perf_counter()
+    outs = engine.chat(
+        [prompts.verifier_messages(c.prompt, c.response, c.criterion, style=style) for c in unique],
+        n=1,
+        temperature=0.0,
+        max_tokens=max_tokens,
+        choices=list(prompts.VERDICT_CHOICES) if structured else None,
+    )
+    stats.add(outs, time.perf_counter() - start)
+    verdict = {c: parse_verdict(o.texts[0], o.finish_reasons[0]) for c, o in zip(unique, outs)}
+    return [verdict[c] for c in checks], stats

@@ -1,0 +1,107 @@
+"""What the flows share: running a task as a logged step (``run_step``, ``StepLog``: the ``steps`` table), the
+measurement of Algorithm 1 (``measure``: sample, rubrics, verify, score, evaluate, summarise), and a round config
+pointed at given generator and policy checkpoints (``with_models``). Flows compose these; no flow imports another
+flow's helpers.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+
+from prefect import get_run_logger
+
+from dr_core.model import is_bundled
+from dr_core.presets import RoundConfig
+from dr_core.store import checkpoints
+from dr_core.store.artifacts import Store
+from tasks import round as round_tasks
+
+#: The stage of the measurement's artifacts (dr_core.store.schemas.STAGES).
+STAGE = "measure"
+
+
+def run_step(task, record: dict, name: str, *args, **kwargs):
+    """Run a task, note whether it ran or came from the cache, when it started and how long it took, return its
+    result (a failed step is noted as Failed, then its error is raised)."""
+    started = dt.datetime.now(dt.timezone.utc).isoformat()
+    start = time.perf_counter()
+    state = task(*args, return_state=True, **kwargs)
+    record[name] = {"state": state.name, "seconds": round(time.perf_counter() - start, 2), "started_at": started}
+    return state.result()
+
+
+class StepLog(dict):
+    """A flow's step log (step name -> {"state", "seconds", "started_at"}, filled by ``run_step``) that is also
+    written to the store's ``steps`` table: ``flush()`` writes every step logged since the previous round's flush
+    under the current ``round`` (one file per flow run and round, rewritten whole), and leaving a ``with`` block
+    flushes, also when a step failed. So the store answers which steps ran, which came from the cache, which failed
+    and how long each took (sql/step_times.sql), for every execution of a run."""
+
+    def __init__(self, store: str, run_id: str, round_no: int):
+        super().__init__()
+        self.store, self.run_id, self.round = store, run_id, round_no
+        self._round_of: dict[str, int] = {}
+
+    def flush(self) -> str | None:
+        from prefect.runtime import flow_run
+
+        for name in self:
+            self._round_of.setdefault(name, self.round)
+        entries = {k: v for k, v in self.items() if self._round_of[k] == self.round}
+        if not entries:
+            return None
+        return round_tasks.record_steps(self.store, self.run_id, self.round, flow_run.flow_name or "",
+                                        flow_run.id or "", entries)
+
+    def __enter__(self) -> "StepLog":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        try:
+            self.flush()
+        except Exception as err:  # noqa: BLE001 - never hide the step's own error behind the log's
+            if exc is None:
+                raise
+            get_run_logger().warning("could not record the flow's steps in the store: %s", err)
+        return False
+
+
+def measure(cfg: RoundConfig, store: str, run: str, t: int, storage, log: dict, *, run_eval: bool = True,
+            inputs: dict | None = None, prefix: str = "") -> dict:
+    """Sample C from the policy, write rubrics for (x, C), verify on C and the anchors, score, evaluate the
+    evaluator, summarise: the measurement of Algorithm 1 for the engines in ``cfg`` (stage ``measure``).
+    Returns {"summary", "artifacts"}; ``log`` gets each step's state and seconds under ``prefix + name``."""
+    opts = dict(result_storage=storage)
+    models = round_tasks.model_ids(cfg)
+    if inputs is None:
+        inputs = run_step(round_tasks.select_inputs.with_options(**opts), log, prefix + "select-inputs", cfg, store)
+    samples = run_step(round_tasks.sample.with_options(**opts), log, prefix + "sample", cfg, inputs["prompts"],
+                       models["policy"], store, run, t, STAGE)
+    rubrics = run_step(round_tasks.generate_rubrics.with_options(**opts), log, prefix + "generate-rubrics", cfg,
+                       inputs["prompts"], samples, models["generator"], store, run, t, STAGE)
+    verdicts = run_step(round_tasks.verify.with_options(**opts), log, prefix + "verify", cfg, inputs["prompts"],
+                        samples, inputs["anchors"], rubrics, models["verifier"], store, run, t, STAGE)
+    scored = run_step(round_tasks.score.with_options(**opts), log, prefix + "score", rubrics, verdicts, store, run, t,
+                      STAGE)
+    artifacts = {**inputs, "samples": samples, "rubrics": rubrics, "verdicts": verdicts, **scored}
+    if run_eval:
+        artifacts["eval"] = run_step(round_tasks.evaluate_evaluator.with_options(**opts), log,
+                                     prefix + "evaluate-evaluator", cfg, models["generator"], models["verifier"],
+                                     store, run, t)
+    artifacts = run_step(round_tasks.adopt, log, prefix + "adopt-artifacts", artifacts, store, run, t)
+    summary = run_step(round_tasks.summarise.with_options(**opts), log, prefix + "summarise", artifacts,
+                       artifacts.get("eval"), store)
+    return {"summary": summary, "artifacts": artifacts}
+
+
+def with_models(rc: RoundConfig, store: Store, generator: dict, policy: dict) -> RoundConfig:
+    """The round config with the generator and policy engines pointed at these checkpoints (verifier unchanged)."""
+    def point(cfg, ref):
+        if is_bundled(ref["uri"]):  # the role's own start model (train.base_ref): the engine as configured
+            return cfg
+        return cfg.model_copy(update={"model": str(checkpoints.materialise(store, ref["uri"]))})
+
+    engines = rc.engines.model_copy(update={"generator": point(rc.engines.generator, generator),
+                                            "policy": point(rc.engines.policy, policy)})
+    return rc.model_copy(update={"engines": engines})
