@@ -1,7 +1,8 @@
 """How every pipeline task caches, persists and retries: one place, declared on the tasks in tasks/round.py.
 
 Caching by content. A task's cache key is a SHA-256 over its name, the version of the code it runs
-(``code_version(module)``: its module, the project modules it imports transitively and the queries they name;
+(``code_version(module)``: its module, the project modules it imports transitively, by statement or by a dotted
+path in a string, and the queries they name;
 docstrings, comments and SQL header prose left out), and its inputs. An artifact input (a reference
 ``{"uri", "sha256"}``) counts by its content hash, never by its URI: URIs carry run ids, and the same work under
 another run id must hit the cache. Model checkpoints (a reference ``{"uri", "fingerprint"}``) count by their
@@ -20,6 +21,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -47,8 +49,13 @@ def _module_file(module: str, root: Path) -> Path | None:
     return None
 
 
+#: A project module named in a string: what ``make_engine`` imports by path.
+_MODULE_PATH = re.compile(r"(?:dr_core|tasks)(?:\.[A-Za-z_]\w*)+(?::[A-Za-z_]\w*)?")
+
+
 def _imported(tree: ast.AST, module: str) -> set[str]:
-    """Every module a source tree imports, at module level or inside a function (lazy imports run too)."""
+    """Every module a source tree imports, at module level or inside a function (lazy imports run too), or names
+    by its dotted path in a string (a plug-in imported with importlib)."""
     found: set[str] = set()
     package = module.rsplit(".", 1)[0] if "." in module else module
     for node in ast.walk(tree):
@@ -61,6 +68,8 @@ def _imported(tree: ast.AST, module: str) -> set[str]:
                 base = ".".join([*parts, base] if base else parts)
             found.add(base)
             found.update(f"{base}.{a.name}" for a in node.names)  # ``from pkg import module``
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _MODULE_PATH.fullmatch(node.value):
+            found.add(node.value.split(":")[0])  # a plug-in named by path ("dr_core.engines.vllm_engine:VLLMEngine")
     return found
 
 

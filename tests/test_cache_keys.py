@@ -48,6 +48,15 @@ def test_the_training_step_runs_train_and_not_report(repo):
     assert not [f for f in files if f.startswith(("dr_core/report/", "tasks/anchor_refresh"))], sorted(files)
 
 
+def test_engines_named_by_path_are_part_of_the_model_steps(repo):
+    """make_engine imports its implementations by a dotted path in a string: an edit there must miss the cache."""
+    assert {"dr_core/engines/vllm_engine.py", "dr_core/engines/openai_http.py"} <= set(options.step_code("tasks.round"))
+    before = _key(verify)
+    _edit(repo, "dr_core/engines/vllm_engine.py", "from __future__ import annotations",
+          "from __future__ import annotations\nW = 2")
+    assert _key(verify) != before
+
+
 def test_a_report_edit_keeps_the_training_cache_hit(repo):
     before = {t.name: _key(t) for t in (train_generator, verify, score)}
     whole = options.code_version()
