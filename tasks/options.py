@@ -2,8 +2,7 @@
 
 Caching by content. A task's cache key is a SHA-256 over its name, the version of the code it runs
 (``code_version(module)``: its module, the project modules it imports transitively, by statement or by a dotted
-path in a string, and the queries they name;
-docstrings, comments and SQL header prose left out), and its inputs. An artifact input (a reference
+path in a string, and the queries they name; docstrings, comments and SQL header prose left out), and its inputs. An artifact input (a reference
 ``{"uri", "sha256"}``) counts by its content hash, never by its URI: URIs carry run ids, and the same work under
 another run id must hit the cache. Model checkpoints (a reference ``{"uri", "fingerprint"}``) count by their
 identity (``tasks.runtime.model_id``), configs by their JSON without their secrets (``dr_core.config.AUTH_FIELDS``:
