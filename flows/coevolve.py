@@ -17,7 +17,7 @@ everything, sets whose scores are constant; they also go to the flow run's log.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from prefect import flow, get_run_logger
 
@@ -42,6 +42,13 @@ class CoevolveParams(BaseModel):
     start_round: int = Field(1, ge=1, description="Number of the first round to run (the anchor refresh continues).")
     generator_start: dict | None = Field(None, description="Checkpoint ref {uri, fingerprint} of G(start-1); None: G(0).")
     policy_start: dict | None = Field(None, description="Checkpoint ref {uri, fingerprint} of P(start-1); None: P(0).")
+
+    @field_validator("generator_start", "policy_start")
+    @classmethod
+    def _checkpoint_ref(cls, ref: dict | None) -> dict | None:
+        if ref is not None and not all(isinstance(ref.get(k), str) and ref[k] for k in ("uri", "fingerprint")):
+            raise ValueError(f"a checkpoint ref needs non-empty 'uri' and 'fingerprint' strings; got keys {sorted(ref)}")
+        return ref
 
 
 def _num(v):

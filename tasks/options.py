@@ -52,11 +52,11 @@ def _module_file(module: str, root: Path) -> Path | None:
 _MODULE_PATH = re.compile(r"(?:dr_core|tasks)(?:\.[A-Za-z_]\w*)+(?::[A-Za-z_]\w*)?")
 
 
-def _imported(tree: ast.AST, module: str) -> set[str]:
+def _imported(tree: ast.AST, module: str, is_package: bool) -> set[str]:
     """Every module a source tree imports, at module level or inside a function (lazy imports run too), or names
     by its dotted path in a string (a plug-in imported with importlib)."""
     found: set[str] = set()
-    package = module.rsplit(".", 1)[0] if "." in module else module
+    package = module if is_package or "." not in module else module.rsplit(".", 1)[0]
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
@@ -92,23 +92,27 @@ def _sql_text(path: Path) -> str:
 
 
 @lru_cache(maxsize=None)
-def _parsed(source: str, module: str, sql_names: frozenset[str]) -> tuple[str, frozenset[str], frozenset[str]]:
-    """One source file: its normalised code, the modules it imports, the query names it mentions (cached by the
-    source text, so an edited file is parsed again)."""
+def _parsed(source: str, module: str, is_package: bool, sql_names: frozenset[str],
+            data_names: frozenset[str]) -> tuple[str, frozenset[str], frozenset[str], frozenset[str]]:
+    """One source file: its normalised code, the modules it imports, the query names and the bundled data files
+    (``dr_core/data``) it mentions (cached by the source text, so an edited file is parsed again)."""
     tree = ast.parse(source)
-    imports = frozenset(_imported(tree, module))
-    queries = frozenset(n.value for n in ast.walk(tree)
-                        if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value in sql_names)
-    return _code_text(tree), imports, queries
+    imports = frozenset(_imported(tree, module, is_package))
+    strings = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+    queries = frozenset(v for v in strings if v in sql_names)
+    data = frozenset(d for d in data_names if any(d in v for v in strings))  # "bundled:x.jsonl", bundled("x.jsonl")
+    return _code_text(tree), imports, queries, data
 
 
 def step_code(module: str, root: Path | None = None) -> dict[str, str]:
     """The code a step runs: the step's module, every project module it imports (transitively, lazy imports
-    included, with their packages' ``__init__``), and the ``sql/*.sql`` files named in that code.
+    included, with their packages' ``__init__``), the ``sql/*.sql`` files named in that code, and the bundled data
+    files (``dr_core/data``, by content) named there.
     Returns {relative path: normalised text}. ``root``: the repository (default ``REPO_DIR``)."""
     root = root or REPO_DIR
     sql_files = {p.stem: p for p in (root / "sql").glob("*.sql")}
-    names = frozenset(sql_files)
+    data_files = {p.name: p for p in (root / "dr_core" / "data").iterdir() if p.is_file() and p.suffix != ".py"}
+    names, data_names = frozenset(sql_files), frozenset(data_files)
     seen: dict[str, str] = {}
     todo = [module]
     while todo:
@@ -118,10 +122,13 @@ def step_code(module: str, root: Path | None = None) -> dict[str, str]:
             path = _module_file(name, root)
             if path is None or str(path.relative_to(root)) in seen:
                 continue
-            text, imports, queries = _parsed(path.read_text(encoding="utf-8"), name, names)
+            text, imports, queries, data = _parsed(path.read_text(encoding="utf-8"), name,
+                                                   path.name == "__init__.py", names, data_names)
             seen[str(path.relative_to(root))] = text
             todo.extend(imports)
             seen.update({str(sql_files[q].relative_to(root)): _sql_text(sql_files[q]) for q in queries})
+            seen.update({str(data_files[d].relative_to(root)): hashlib.sha256(data_files[d].read_bytes()).hexdigest()
+                         for d in data})
     return seen
 
 

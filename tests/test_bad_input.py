@@ -351,3 +351,16 @@ def test_bad_input_is_one_clear_error_and_writes_nothing(guarded, case):
     assert _tree(root) == before  # nothing written, nothing touched
     for out in ("store", "scored.jsonl", "metrics.json", "records.jsonl", "result.json"):
         assert not (root / out).exists()
+
+
+def test_an_old_style_checkpoint_ref_is_refused_before_the_flow():
+    """A start checkpoint ref of the old shape ({uri, sha256}) is a validation error naming the field, not a
+    KeyError inside the training step."""
+    from pydantic import ValidationError
+
+    from flows.coevolve import CoevolveParams
+
+    with pytest.raises(ValidationError, match=r"policy_start[\s\S]*'fingerprint'"):
+        CoevolveParams(policy_start={"uri": "/s/models/run_id=a/round=1/policy", "sha256": "x"})
+    ok = {"uri": "/s/models/run_id=a/round=1/policy", "fingerprint": "policy@1f"}
+    assert CoevolveParams(policy_start=ok, generator_start=None).policy_start == ok

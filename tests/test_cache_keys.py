@@ -57,6 +57,16 @@ def test_engines_named_by_path_are_part_of_the_model_steps(repo):
     assert _key(verify) != before
 
 
+def test_bundled_data_the_code_names_counts_by_content(repo):
+    """The verifier's balanced probe and the preset's anchors are data the steps read: an edit misses the cache."""
+    files = options.step_code("tasks.round")
+    assert {"dr_core/data/verifier_probe.jsonl", "dr_core/data/anchors_alpacaeval.jsonl"} <= set(files)
+    before = _key(verify)
+    path = repo / "dr_core" / "data" / "verifier_probe.jsonl"
+    path.write_text(path.read_text(encoding="utf-8") + "\n", encoding="utf-8")
+    assert _key(verify) != before
+
+
 def test_a_report_edit_keeps_the_training_cache_hit(repo):
     before = {t.name: _key(t) for t in (train_generator, verify, score)}
     whole = options.code_version()

@@ -34,7 +34,7 @@ def test_zero2_two_processes_train_whole_groups(tiny_llama_dir, tmp_path):
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT), TORCH_EXTENSIONS_DIR=str(extensions_dir()))
     cmd = [
         sys.executable, "-m", "accelerate.commands.launch", "--config_file", "infra/accelerate/zero2.yaml",
-        "--num_processes", "2", "tests/grpo_launch_fake.py", "policy", "--base", str(tiny_llama_dir),
+        "--num_processes", "2", "tests/train_launch_fake.py", "policy", "--base", str(tiny_llama_dir),
         "--rows", str(rows), "--settings", str(settings), "--out", str(out),
     ]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)

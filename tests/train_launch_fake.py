@@ -5,7 +5,7 @@ Generator: a fixed two-item rubric. Verifier: a deterministic pseudo-random yes/
 
 import sys
 
-from dr_core.train import launch as grpo_launch
+from dr_core.train import launch
 from tests.fakes import FakeEngine, hashed_verdict
 
 RUBRIC = '{"rubrics": [{"criterion": "is polite", "weight": 3}, {"criterion": "is short", "weight": 1}]}'
@@ -13,4 +13,4 @@ RUBRIC = '{"rubrics": [{"criterion": "is polite", "weight": 3}, {"criterion": "i
 
 if __name__ == "__main__":
     engines = tuple(FakeEngine(RUBRIC, verdict=hashed_verdict, model_name="scripted") for _ in range(2))
-    grpo_launch.main(sys.argv[1:], engines=engines)
+    launch.main(sys.argv[1:], engines=engines)
