@@ -43,7 +43,8 @@ def anchor_refresh_flow(store: str | None = None, incoming: str = "incoming/anch
                         train: bool = True) -> dict:
     """New anchor files -> validate -> ingest -> anchor_filter -> one co-evolution round from the latest checkpoints
     (``train=False``: stop after filtering)."""
-    p = AnchorRefreshParams(**{k: v for k, v in locals().items() if v is not None})
+    p = AnchorRefreshParams(store=store or default_store_url(), incoming=incoming, run_id=run_id, preset=preset,
+                            min_responses=min_responses, n_prompts=n_prompts, train=train)
     new = refresh_tasks.find_new(p.store, p.incoming)
     if not new:
         print(f"no new anchor files under {p.incoming}")

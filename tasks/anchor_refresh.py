@@ -6,6 +6,7 @@ from __future__ import annotations
 from prefect import task
 
 from dr_core.config import EngineConfig
+from dr_core.constants import TRAINED_ROLES
 from dr_core.runs import anchor_refresh as refresh
 from dr_core.store import checkpoints
 from dr_core.store.artifacts import Store
@@ -38,7 +39,7 @@ def start_checkpoints(store: str, run_id: str) -> dict:
     """Where the refresh round starts: the run's latest generator and policy checkpoints as model refs
     ({"uri", "fingerprint": model identity}, None for a role never trained) and the round number after them."""
     s = Store.from_url(store)
-    latest = {role: checkpoints.latest(s, run_id, role) for role in ("generator", "policy")}
+    latest = {role: checkpoints.latest(s, run_id, role) for role in TRAINED_ROLES}
 
     def ref(c):
         if c is None:

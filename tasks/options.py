@@ -154,10 +154,9 @@ def _canonical(value: Any) -> Any:
     """Inputs reduced to what determines the output: artifacts by content hash, models by fingerprint; secrets
     (an engine's api_key, basic_auth, api_key_env) left out: they do not change what a model answers."""
     if isinstance(value, dict):
-        if "sha256" in value and "uri" in value:  # an artifact reference: content, not location
-            return {"sha256": value["sha256"]}
-        if "fingerprint" in value and "uri" in value:  # a checkpoint reference: the model's identity, not location
-            return {"fingerprint": value["fingerprint"]}
+        for identity in ("sha256", "fingerprint"):  # an artifact / checkpoint reference: content, not location
+            if identity in value and "uri" in value:
+                return {identity: value[identity]}
         return {k: _canonical(v) for k, v in sorted(value.items()) if k not in {"run_id", "store", *AUTH_FIELDS}}
     if isinstance(value, (list, tuple)):
         return [_canonical(v) for v in value]

@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dr_core.hashing import update_from_file
-from dr_core.store import atomic
+from dr_core.store import atomic, sql
 from dr_core.paths import cache_dir
 from dr_core.store.schemas import TABLES, conform, spec, to_arrow
 
@@ -366,8 +366,8 @@ class Store:
                 # union_by_name would read every file's footer before each query (slow on S3); all parts are
                 # written through conform(), so they share the schema. A schema change needs old parts rewritten.
                 # A root with glob characters in it cannot be globbed: its views list today's files instead.
-                source = ("[" + ", ".join(_sql_str(p) for p in parts) + "]") if literal_paths else \
-                    _sql_str(self.table_glob(name))
+                source = ("[" + ", ".join(sql.quote(p) for p in parts) + "]") if literal_paths else \
+                    sql.quote(self.table_glob(name))
                 try:
                     con.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet({source}, union_by_name = false, "
                                 "hive_partitioning = false)")
@@ -389,11 +389,7 @@ class Store:
     def confine(self, con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
         """Lock ``con`` to this store: external access off except ``allowed_directories()`` (no other file, no
         URL, no ATTACH, no extension install or load), then ``lock_configuration`` so no statement can undo it."""
-        dirs = ", ".join(_sql_str(d) for d in self.allowed_directories())
-        con.execute(f"SET allowed_directories = [{dirs}]")
-        con.execute("SET enable_external_access = false")
-        con.execute("SET lock_configuration = true")
-        return con
+        return sql.confine(con, self.allowed_directories())
 
     # -- files that are not tables (anchor files dropped under a prefix) --------------------------------------
     def files_under(self, prefix: str, suffix: str = "") -> list[str]:
@@ -407,10 +403,6 @@ class Store:
         """The bytes of one file of this store."""
         with self._errors(f"reading {uri}"):
             return self.fs.cat_file(self._path(uri))
-
-
-def _sql_str(value: str) -> str:
-    return "'" + value.replace("'", "''") + "'"
 
 
 def _check_segment(what: str, value) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 import duckdb
 import pyarrow as pa
@@ -126,6 +127,21 @@ def run(con: duckdb.DuckDBPyConnection, name: str, params: dict[str, object] | N
     return con.sql(query.text, params=values or None).to_arrow_table()
 
 
+def confine(con: duckdb.DuckDBPyConnection, directories: Sequence[str] = ()) -> duckdb.DuckDBPyConnection:
+    """Lock ``con``: external access off except ``directories`` (no other file, no URL, no ATTACH, no extension
+    install or load), then ``lock_configuration`` so no statement can undo it."""
+    if directories:
+        con.execute(f"SET allowed_directories = [{', '.join(quote(d) for d in directories)}]")
+    con.execute("SET enable_external_access = false")
+    con.execute("SET lock_configuration = true")
+    return con
+
+
+def quote(value: str) -> str:
+    """``value`` as an SQL string literal (for the few places DuckDB takes no bound parameter: SET, view paths)."""
+    return "'" + value.replace("'", "''") + "'"
+
+
 def run_on_tables(name: str, tables: dict[str, pa.Table], params: dict[str, object] | None = None,
                   sql_dir: Path = SQL_DIR) -> pa.Table:
     """Run the named query over in-memory ``tables`` (view name -> rows) instead of a store, on a connection that
@@ -134,9 +150,7 @@ def run_on_tables(name: str, tables: dict[str, pa.Table], params: dict[str, obje
     try:
         for view, table in tables.items():
             con.register(view, table)
-        con.execute("SET enable_external_access = false")
-        con.execute("SET lock_configuration = true")
-        return run(con, name, params, sql_dir)
+        return run(confine(con), name, params, sql_dir)
     finally:
         con.close()
 
