@@ -153,12 +153,14 @@ def _coevolve_presets() -> dict[str, CoevolveConfig]:
             round=tiny,
             # one step over two sets (2 groups of 4 rubric rollouts): a set on which the verifier answers every
             # check alike gives its group no gradient, and one group per step made such a step a no-op (measured)
+            # rollouts on an in-process vLLM engine (dr_core/train/rollouts.py), not transformers' generate
             generator=GRPOSettings(learning_rate=5e-6, num_generations=4, max_completion_length=128,
-                                   per_device_train_batch_size=8, max_steps=1, save_steps=1, temperature=1.0),
+                                   per_device_train_batch_size=8, max_steps=1, save_steps=1, temperature=1.0,
+                                   rollouts="vllm"),
             # two groups (prompts) per step: one group whose K scores tie does not stop the step's gradient
             policy=GRPOSettings(learning_rate=1e-6, num_generations=tiny.k, max_completion_length=64,
                                 per_device_train_batch_size=2 * tiny.k, max_steps=2, save_steps=1,
-                                rubric_max_tokens=tiny.generator_max_tokens),
+                                rubric_max_tokens=tiny.generator_max_tokens, rollouts="vllm"),
         ),
         "paper": CoevolveConfig(
             preset="paper",

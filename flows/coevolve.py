@@ -69,7 +69,7 @@ def round_warnings(rounds: list[dict]) -> list[str]:
         judge_position_rates={r["round"]: (r.get("policy_eval") or {}).get("judge_position_a_rate") for r in rounds})
 
 
-@flow(name="dynamicrubric-coevolve", log_prints=True)
+@flow(name="dynamicrubric-coevolve")
 def coevolve_flow(params: CoevolveParams) -> dict:
     cfg, store, run = params.config, params.store, params.run_id
     st = Store.from_url(store)
@@ -111,9 +111,11 @@ def coevolve_flow(params: CoevolveParams) -> dict:
                 "round": t, "generator": gen["uri"], "policy": pol["uri"], "measure": m["summary"],
                 "policy_eval": pe["metrics"] if pe else None,
                 "generator_update": {k: _num(new_gen.get(k)) for k in ("reward_first", "reward_last")}
-                | {k: new_gen.get(k) for k in ("steps", "seconds", "unparseable", "rollouts", *SIGNAL_KEYS)},
+                | {k: new_gen.get(k) for k in ("steps", "seconds", "step_seconds", "unparseable", "rollouts",
+                                               "rollout_stats", *SIGNAL_KEYS)},
                 "policy_update": {k: _num(new_pol.get(k)) for k in ("reward_first", "reward_last")}
-                | {k: new_pol.get(k) for k in ("steps", "seconds", "unscorable", "rollouts", *SIGNAL_KEYS)},
+                | {k: new_pol.get(k) for k in ("steps", "seconds", "step_seconds", "unscorable", "rollouts",
+                                               "rollout_stats", *SIGNAL_KEYS)},
             })
     found = round_warnings(rounds)
     for w in found:  # also in the flow run's log: a scheduled run (anchor refresh) has no CLI to print them

@@ -44,6 +44,12 @@ def adopt_engine(cfg: EngineConfig, engine: Engine) -> None:
     _POOL.adopt(cfg, engine)
 
 
+def keep_engines(*configs: EngineConfig) -> None:
+    """Close the process's engines other than those for ``configs``: a training step keeps the engines its rewards
+    use and frees the rest (their weights and KV caches) for the trainer."""
+    _POOL.keep_only(configs)
+
+
 def close_engines() -> None:
     """Close the process's engines (adopted ones are left to their owner)."""
     _POOL.close()

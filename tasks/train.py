@@ -32,7 +32,7 @@ from dr_core.paths import cache_dir
 from dr_core.presets import CoevolveConfig
 from dr_core.store.artifacts import Store
 from tasks.options import content_cache_key, content_key, retry_on_transient
-from tasks.runtime import engine_for, model_id, write_ref
+from tasks.runtime import engine_for, keep_engines, model_id, write_ref
 
 TRAIN_STEP = dict(
     cache_key_fn=content_cache_key,
@@ -95,6 +95,7 @@ def _finish(s: Store, result, role: str, base: dict, run_id: str, round_no: int,
     metrics = {"steps": result.steps, "reward_first": result.reward_first, "reward_last": result.reward_last,
                "seconds": round(result.seconds, 1), "step_seconds": result.step_seconds,
                "resumed_from": result.resumed_from, "history": result.history,
+               "rollout_stats": result.rollout_stats,
                counted: sum(h.get(counted, 0) for h in result.history),
                "rollouts": sum(h.get("rollouts", 0) for h in result.history), "group_size": group_size,
                "zero_std_by_step": signal, "no_gradient_steps": signals.no_gradient_steps(signal)}
@@ -118,6 +119,7 @@ def train_generator(cfg: CoevolveConfig, prompts: dict, samples: dict, anchors: 
                                anchor_ranks=records.anchor_ranks(p, c, a))
     scratch = _scratch("generator", dict(cfg=cfg, prompts=prompts, samples=samples, anchors=anchors, base=base,
                                          verifier=verifier_model))
+    keep_engines(cfg.round.engines.verifier)  # the rewards' verifier; the trainer needs the memory of the rest
     result = grpo_train_generator(local_dir(s, base), rows, engine_for(cfg.round.engines.verifier), cfg.generator,
                                   scratch, on_rollouts=sink)
     sink = _rollouts(sink, scratch)
@@ -137,6 +139,7 @@ def train_policy(cfg: CoevolveConfig, prompts: dict, base: dict, generator: dict
                                generator=generator["fingerprint"])
     scratch = _scratch("policy", dict(cfg=cfg, prompts=prompts, base=base, generator=generator,
                                       verifier=verifier_model))
+    keep_engines(gen_cfg, cfg.round.engines.verifier)  # the rewards' G(t) and verifier
     result = grpo_train_policy(local_dir(s, base), rows, engine_for(gen_cfg), engine_for(cfg.round.engines.verifier),
                                cfg.policy, scratch, on_rollouts=sink)
     sink = _rollouts(sink, scratch)

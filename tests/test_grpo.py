@@ -319,3 +319,42 @@ def test_lines_dataset_renders_the_primer_after_the_generation_prompt(tiny_llama
     as_json = grpo.generator_dataset(GEN_ROWS, GRPOSettings(num_generations=2, per_device_train_batch_size=2,
                                                              rubric_format="json"))
     assert as_json[0]["prompt"][-1]["role"] == "user"
+
+
+@pytest.mark.slow
+def test_first_step_without_the_reference_forward_is_the_same_update(tiny_llama_dir, tmp_path, monkeypatch):
+    """At step 0 the policy is the reference, so the KL term and its gradient are 0: skipping the reference model's
+    forward pass there (the default) must give the same weights as computing it, and later steps keep it."""
+    import torch
+
+    rows = [PolicyRow(i, f"p{i}", q) for i, q in enumerate(["Name a fruit.", "Say hi."])]
+    settings = GRPOSettings(**{**TINY, "beta": 0.5, "max_steps": 2})
+    trainers = []
+    cls = grpo._grpo_trainer_class
+
+    def recording(skip):
+        def make():
+            base = cls()
+
+            class T(base):
+                dr_skip_ref_at_start = skip
+
+                def __init__(self, *a, **k):
+                    super().__init__(*a, **k)
+                    trainers.append(self)
+            return T
+        return make
+
+    out = {}
+    for skip in (True, False):
+        monkeypatch.setattr(grpo, "_grpo_trainer_class", recording(skip))
+        torch.manual_seed(0)
+        grpo.train_policy(tiny_llama_dir, rows, fake_engine(_rubric_json(("a", 1), ("e", 2))), fake_engine(),
+                          settings, tmp_path / f"p{skip}")
+        out[skip] = _weights(tmp_path / f"p{skip}" / "final")
+    skipped, computed = trainers
+    assert skipped.dr_ref_forwards_skipped == 1 and computed.dr_ref_forwards_skipped == 0  # step 0 only
+    assert skipped.beta == computed.beta == 0.5  # restored after the first step
+    assert _changed(_weights(tiny_llama_dir), out[True])
+    for k in out[True]:
+        torch.testing.assert_close(out[True][k], out[False][k], rtol=1e-5, atol=1e-6)

@@ -85,6 +85,15 @@ class EnginePool:
             if cfg in self._open and cfg not in still_needed:
                 self._drop(cfg)
 
+    def keep_only(self, configs: Sequence[EngineConfig | None]) -> list[EngineConfig]:
+        """Close every engine the pool started except those for ``configs`` (a step frees the models it does not
+        use; adopted engines stay, their owner decides); returns the configs closed."""
+        with self._lock:
+            closed = [cfg for cfg in self._open if cfg not in configs and cfg not in self._external]
+            for cfg in closed:
+                self._drop(cfg)
+            return closed
+
     def close(self) -> None:
         """Close every engine the pool started (adopted ones are only forgotten)."""
         with self._lock:

@@ -93,7 +93,7 @@ from dr_core.engines.base import Engine
 from dr_core.evaluator.generate import shuffled_order
 from dr_core.evaluator.items import EvalItem, GeneratedRubric
 from dr_core.evaluator.score import evaluate_sets, score_rubrics
-from dr_core import faults
+from dr_core import faults, progress
 from dr_core.rubric import prompts
 from dr_core.store.atomic import publish_dir, write_atomic
 from dr_core.constants import COMPLETE_MARKER
@@ -140,7 +140,8 @@ class TrainResult:
     """What one update produced. ``checkpoint``: the final model directory (with tokenizer and marker).
     ``history``: one dict per reward call of the whole run (resumed parts included). ``reward_first/last``: the
     mean reward of the first and last reward call (generator: R_disc + lam R_anchor; policy: Eq. 12 score of the
-    scorable rollouts). ``step_seconds``: training seconds per optimiser step of this call."""
+    scorable rollouts). ``step_seconds``: training seconds per optimiser step of this call. ``rollout_stats``: with
+    ``rollouts="vllm"``, the weight syncs and the seconds spent syncing and generating (dr_core/train/rollouts.py)."""
 
     checkpoint: str
     steps: int
@@ -150,6 +151,7 @@ class TrainResult:
     seconds: float
     resumed_from: str | None
     step_seconds: float | None = None
+    rollout_stats: dict | None = None
     trl_advantages: list[list[float]] = field(default_factory=list, repr=False)
 
 
@@ -227,6 +229,7 @@ class GeneratorReward:
 
     def __call__(self, prompts=None, completions=(), completion_ids=None, group_id=(), trainer_state=None,
                  log_metric=None, **_kwargs) -> list[float]:
+        started = time.perf_counter()
         g = self.settings.num_generations
         blocks = check_whole_groups(group_id, g)
         step = _step(trainer_state)
@@ -246,7 +249,8 @@ class GeneratorReward:
                 finish_reason="length" if truncated else "stop", rubric=rubric, error=error, prompt_tokens=0,
                 completion_tokens=len(ids[i]) if ids[i] is not None else 0,
             )])
-        scored, _stats = score_rubrics(self.verifier, items, gens)
+        with progress.activity("reward verdicts", "verdicts"):
+            scored, _stats = score_rubrics(self.verifier, items, gens)
         r_disc, r_anchor, scorable = [], [], []
         for item, (s,) in zip(items, scored):
             ok = s.r_disc is not UNSCORABLE and s.r_anchor is not UNSCORABLE
@@ -275,6 +279,9 @@ class GeneratorReward:
             "unscorable_verdicts": sum(r["items"] is not None and not r["scorable"] for r in records),
             "truncated": sum(r["truncated"] for r in records),
             "dropped_items": sum(r["dropped"] for r in records),
+            "verdicts": sum(len(r["items"] or ()) * (len(r["scores_C"] or ()) + len(r["scores_anchor"] or ()))
+                            for r in records),
+            "reward_seconds": round(time.perf_counter() - started, 2),
         }
         self.history.append(entry)
         if log_metric is not None:
@@ -299,6 +306,7 @@ class PolicyReward:
 
     def __call__(self, prompts=None, completions=(), completion_ids=None, group_id=(), trainer_state=None,
                  log_metric=None, **_kwargs) -> list[float | None]:
+        started = time.perf_counter()
         k = self.settings.num_generations
         blocks = check_whole_groups(group_id, k)
         step = _step(trainer_state)
@@ -306,11 +314,12 @@ class PolicyReward:
         items = [
             EvalItem(self.rows[gid].prompt, tuple(texts[b * k : (b + 1) * k])) for b, gid in enumerate(blocks)
         ]
-        ev = evaluate_sets(
-            self.generator, self.verifier, items, [self.settings.seed + step],
-            temperature=self.settings.rubric_temperature, max_tokens=self.settings.rubric_max_tokens,
-            structured=True,
-        )
+        with progress.activity("reward rubrics and verdicts", "requests"):
+            ev = evaluate_sets(
+                self.generator, self.verifier, items, [self.settings.seed + step],
+                temperature=self.settings.rubric_temperature, max_tokens=self.settings.rubric_max_tokens,
+                structured=True,
+            )
         rewards: list[float | None] = []
         records = []
         for b, (gid, (s,)) in enumerate(zip(blocks, ev.results)):
@@ -329,6 +338,7 @@ class PolicyReward:
             "step": step, "rollouts": len(texts), "groups": len(blocks), "reward_mean": _mean(rewards),
             "scorable": sum(r is not None for r in rewards), "unscorable": sum(r is None for r in rewards),
             "rubric_failed_groups": sum(s.generation.rubric is None for (s,) in ev.results),
+            "reward_seconds": round(time.perf_counter() - started, 2),
         }
         self.history.append(entry)
         if log_metric is not None:
@@ -445,6 +455,30 @@ def _fault_callback():
     return FaultPoint()
 
 
+def _progress_callback(max_steps: int):
+    """A TRL/transformers callback that counts optimiser steps in ``dr_core.progress`` (the CLI's bar)."""
+    from transformers import TrainerCallback
+
+    class StepProgress(TrainerCallback):
+        work = None
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            self.work = progress.Work("GRPO steps", max_steps, "steps")
+            if state.global_step:
+                self.work.advance(state.global_step)
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if self.work is not None:
+                self.work.advance(1)
+
+        def on_train_end(self, args, state, control, **kwargs):
+            if self.work is not None:
+                self.work.close()
+                self.work = None
+
+    return StepProgress()
+
+
 def _grpo_trainer_class():
     from trl import GRPOTrainer
 
@@ -453,7 +487,33 @@ def _grpo_trainer_class():
 
         dr_advantages: list[list[float]]
 
+        dr_skip_ref_at_start = True
+        dr_ref_forwards_skipped = 0
+
+        def _reference_is_policy(self) -> bool:
+            """True while the policy still has the reference's weights (the first optimiser step of a fresh run)
+            and every completion generated now is trained on within this step (one generation per step)."""
+            a = self.args
+            return (self.dr_skip_ref_at_start and self.state.global_step == 0 and self.beta != 0.0
+                    and self.num_iterations == 1
+                    and (a.steps_per_generation or a.gradient_accumulation_steps) == a.gradient_accumulation_steps)
+
+        def training_step(self, model, inputs, num_items_in_batch=None):
+            # At the first step the policy IS the reference, so the KL term (k3 estimator) and its gradient are
+            # exactly 0 there: training with beta = 0 for that step is the same update, without the reference
+            # model's forward pass over every prompt and completion.
+            if not self._reference_is_policy():
+                return super().training_step(model, inputs, num_items_in_batch)
+            beta, self.beta = self.beta, 0.0
+            self._dr_beta_held = True
+            try:
+                return super().training_step(model, inputs, num_items_in_batch)
+            finally:
+                self.beta, self._dr_beta_held = beta, False
+
         def _generate_and_score_completions(self, inputs):
+            if getattr(self, "_dr_beta_held", False):
+                self.dr_ref_forwards_skipped += 1
             output = super()._generate_and_score_completions(inputs)
             self.dr_advantages.append(output["advantages"].detach().float().cpu().reshape(-1).tolist())
             return output
@@ -526,20 +586,37 @@ def _train(
         ddp_backend="gloo" if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available() else None,
         report_to="none",
         disable_tqdm=True,
+        dataloader_pin_memory=torch.cuda.is_available(),  # pinning without an accelerator only warns
     )
-    trainer = _grpo_trainer_class()(
-        model=model,
-        reward_funcs=[reward],
-        args=args,
-        train_dataset=Dataset.from_list(dataset_rows),
-        processing_class=tokenizer,
-        peft_config=peft_config,
-        callbacks=[_fault_callback()],
-    )
-    trainer.dr_advantages = []
-    train_start = time.perf_counter()
-    trainer.train(resume_from_checkpoint=str(resume) if resume else None)
-    train_seconds = time.perf_counter() - train_start
+    rollouts = None
+    if settings.rollouts == "vllm":
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            raise ValueError("rollouts='vllm' runs one in-process engine: start one process (or use rollouts='trl')")
+        from dr_core.train.rollouts import vllm_rollouts
+
+        rollouts = vllm_rollouts(str(base_checkpoint), [r["prompt"] for r in dataset_rows], tokenizer, settings)
+    try:
+        trainer = _grpo_trainer_class()(
+            model=model,
+            reward_funcs=[reward],
+            args=args,
+            train_dataset=Dataset.from_list(dataset_rows),
+            processing_class=tokenizer,
+            peft_config=peft_config,
+            callbacks=[_fault_callback(), _progress_callback(settings.max_steps)],
+            rollout_func=rollouts,
+        )
+        if not progress.verbose():
+            from transformers.trainer_callback import PrinterCallback
+
+            trainer.remove_callback(PrinterCallback)  # it prints every log dict to stdout
+        trainer.dr_advantages = []
+        train_start = time.perf_counter()
+        trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+        train_seconds = time.perf_counter() - train_start
+    finally:
+        if rollouts is not None:
+            rollouts.close()  # free the engine (its model and KV cache) before the save
     steps = int(trainer.state.global_step)
 
     partial = out_dir / f"{FINAL_DIR}.partial"
@@ -564,6 +641,9 @@ def _train(
         resumed_from=str(resume) if resume else None,
         step_seconds=train_seconds / max(1, steps - resumed_step),
         trl_advantages=list(trainer.dr_advantages),
+        rollout_stats=None if rollouts is None else {
+            "engine": "vllm", "weight_syncs": rollouts.syncs, "sync_seconds": round(rollouts.sync_seconds, 2),
+            "generate_seconds": round(rollouts.generate_seconds, 2)},
     )
     if main:
         tokenizer.save_pretrained(partial)

@@ -60,6 +60,11 @@ class GRPOSettings(BaseModel):
         "JSON); 'json': the JSON format of the structured-output prompt, unprimed (capable models)."
     )
     logging_steps: int = Field(1, ge=1, description="TRL logs metrics every this many steps.")
+    rollouts: Literal["trl", "vllm"] = Field(
+        "trl", description="Who samples the rollouts. 'trl': TRL itself (transformers' generate, or TRL's own vLLM "
+        "modes on GPUs). 'vllm': an in-process vLLM engine that gets the trainer's weights at every optimiser step "
+        "(dr_core/train/rollouts.py; one process; several times faster on CPU, where TRL's vLLM modes fail)."
+    )
 
     @model_validator(mode="after")
     def _whole_groups(self):
@@ -70,6 +75,9 @@ class GRPOSettings(BaseModel):
                 f"num_generations = {self.num_generations}: a process would score a split group. Make "
                 "per_device_train_batch_size a multiple of num_generations."
             )
+        if self.rollouts == "vllm" and self.deepspeed is not None:
+            raise ValueError("rollouts='vllm' runs one in-process engine: it does not combine with DeepSpeed "
+                             "(use TRL's vLLM server mode on several GPUs)")
         if self.deepspeed is not None and not Path(self.deepspeed).is_file():
             raise ValueError(f"deepspeed config {self.deepspeed!r} does not exist (see infra/deepspeed/)")
         return self

