@@ -12,10 +12,14 @@ from typing import Optional
 import typer
 from rich.table import Table
 
+from cli import quiet
 from cli.app import app, check_output_path, console, err_console, error_line, fail, styled
+from cli.progress import memory, showing_progress
 from dr_core.scoring.signals import no_gradient_steps, signal_warnings
 
 _CREATE_BUCKET_HELP = "s3:// store: create the bucket if it does not exist (otherwise a missing bucket is an error)"
+_VERBOSE_HELP = ("Show every third-party log line (vLLM, torch, TRL, Prefect's task runs); by default the log is one "
+                 "line per step and progress bars.")
 
 
 def _load_config(preset_name: str, config_file: Optional[str], overrides: list[str]):
@@ -52,8 +56,9 @@ def _print_round(result: dict) -> None:
     steps.add_column("step")
     steps.add_column("state")
     steps.add_column("seconds", justify="right")
+    steps.add_column("peak memory", justify="right")
     for name, info in result["steps"].items():
-        steps.add_row(name, info["state"], f"{info['seconds']:.1f}")
+        steps.add_row(name, info["state"], f"{info['seconds']:.1f}", memory(info.get("peak_rss_mb")).removeprefix("peak "))
     console.print(steps)
     t = result["round"]
     _print_warnings(signal_warnings(yes_rates={t: s.get("verifier_yes_rate")},
@@ -71,8 +76,11 @@ def round_cmd(
     no_eval: bool = typer.Option(False, "--no-eval", help="Skip the evaluator-accuracy step."),
     json_out: Optional[str] = typer.Option(None, "--json", help="Also write the result (summary, steps, URIs) here."),
     create_bucket: bool = typer.Option(False, "--create-bucket", help=_CREATE_BUCKET_HELP),
+    verbose: bool = typer.Option(False, "--verbose", envvar="DR_VERBOSE",
+                                 help=_VERBOSE_HELP),
 ) -> None:
     """Run one DynamicRubric round (sample, rubrics, verify, score, evaluate) as cached Prefect tasks."""
+    quiet.apply(verbose)  # before torch, vLLM, TRL and Prefect load
     from flows.settings import configure_prefect
 
     configure_prefect()
@@ -93,7 +101,9 @@ def round_cmd(
 
     check_inputs(cfg)
     console.print(styled(("dr round", "bold"), f" preset={cfg.preset} store={params.store} run_id={run_id} round={round_no}"))
-    _finish(round_flow(params), _print_round, json_out)
+    with showing_progress(console):
+        result = round_flow(params)
+    _finish(result, _print_round, json_out)
 
 
 def _check_outputs(store_url: str, json_out: Optional[str], create_bucket: bool) -> None:
@@ -222,8 +232,11 @@ def coevolve_cmd(
     overrides: list[str] = typer.Option([], "--set", help="Override a field: round.k=4, generator.max_steps=1, policy.learning_rate=1e-6, measure_start=false."),
     json_out: Optional[str] = typer.Option(None, "--json", help="Also write the result (rounds, steps, checkpoints) here."),
     create_bucket: bool = typer.Option(False, "--create-bucket", help=_CREATE_BUCKET_HELP),
+    verbose: bool = typer.Option(False, "--verbose", envvar="DR_VERBOSE",
+                                 help=_VERBOSE_HELP),
 ) -> None:
     """Run Algorithm 1: per round, update the generator, then the policy, then measure; all as cached Prefect tasks."""
+    quiet.apply(verbose)  # before torch, vLLM, TRL and Prefect load
     from flows.settings import configure_prefect
 
     configure_prefect()
@@ -249,7 +262,9 @@ def coevolve_cmd(
 
     check_inputs(cfg.round, cfg.policy_eval.data if cfg.policy_eval else None)
     console.print(styled(("dr coevolve", "bold"), f" preset={cfg.preset} rounds={rounds} store={params.store} run_id={run_id}"))
-    _finish(coevolve_flow(params), _print_coevolve, json_out)
+    with showing_progress(console):
+        result = coevolve_flow(params)
+    _finish(result, _print_coevolve, json_out)
 
 
 @app.command("report")
@@ -280,8 +295,11 @@ def stale_fresh_cmd(
     preset_name: Optional[str] = typer.Option(None, "--preset", help="Round preset to use instead of the run's recorded config."),
     config_file: Optional[str] = typer.Option(None, "--engines", help="YAML/JSON engine config per role (with --preset)."),
     overrides: list[str] = typer.Option([], "--set", help="Override a preset field (with --preset), e.g. --set k=2."),
+    verbose: bool = typer.Option(False, "--verbose", envvar="DR_VERBOSE",
+                                 help=_VERBOSE_HELP),
 ) -> None:
     """Section 4.4: score P(t-1)'s sets with the stale G(t-1) and the fresh G(t); stages 'stale' and 'fresh'."""
+    quiet.apply(verbose)  # before torch, vLLM, TRL and Prefect load
     from flows.settings import configure_prefect
 
     configure_prefect()
@@ -297,7 +315,8 @@ def stale_fresh_cmd(
         from dr_core.store.artifacts import Store
 
         Store.from_url(params.store).require_exists()
-        result = stale_fresh_flow(params)
+        with showing_progress(console):
+            result = stale_fresh_flow(params)
     except (ValidationError, ValueError) as exc:
         fail(error_line(exc))
     t, s = result["round"], result["summary"]

@@ -12,7 +12,7 @@ is ingested: one malformed line fails the run with the file, line and field, and
 
 from __future__ import annotations
 
-from prefect import flow
+from prefect import flow, get_run_logger
 from pydantic import BaseModel, ConfigDict, Field
 
 from dr_core.presets import coevolve_preset
@@ -37,7 +37,7 @@ class AnchorRefreshParams(BaseModel):
     train: bool = Field(True, description="Run the co-evolution round (False: stop after filtering).")
 
 
-@flow(name="dynamicrubric-anchor-refresh", log_prints=True)
+@flow(name="dynamicrubric-anchor-refresh")
 def anchor_refresh_flow(store: str | None = None, incoming: str = "incoming/anchors", run_id: str = "refresh",
                         preset: str = "tiny", min_responses: int = 7, n_prompts: int | None = None,
                         train: bool = True) -> dict:
@@ -47,12 +47,12 @@ def anchor_refresh_flow(store: str | None = None, incoming: str = "incoming/anch
                             min_responses=min_responses, n_prompts=n_prompts, train=train)
     new = refresh_tasks.find_new(p.store, p.incoming)
     if not new:
-        print(f"no new anchor files under {p.incoming}")
+        get_run_logger().info(f"no new anchor files under {p.incoming}")
         return {"new_files": 0, "kept": 0, "trained": False}
     datasets = [f["dataset"] for f in new]
     refresh_tasks.validate_and_ingest(p.store, new)
     kept = refresh_tasks.filter_anchors(p.store, datasets, p.min_responses)
-    print(f"{len(new)} new file(s), {kept['kept']} anchor list(s) pass anchor_filter")
+    get_run_logger().info(f"{len(new)} new file(s), {kept['kept']} anchor list(s) pass anchor_filter")
     result = {"new_files": len(new), "datasets": datasets, "kept": kept["kept"], "trained": False}
     if not p.train or kept["kept"] == 0:
         return result

@@ -32,7 +32,7 @@ class RoundParams(BaseModel):
     run_eval: bool = Field(True, description="Measure evaluator accuracy on the preset's eval slice.")
 
 
-@flow(name="dynamicrubric-round", log_prints=True)
+@flow(name="dynamicrubric-round")
 def round_flow(params: RoundParams) -> dict:
     cfg, store, run, t = params.config, params.store, params.run_id, params.round_no
     with StepLog(store, run, t) as log:

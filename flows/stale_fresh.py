@@ -35,7 +35,7 @@ class StaleFreshParams(BaseModel):
     config: RoundConfig | None = Field(None, description="Round config (engines, lengths); None: the run's recorded one.")
 
 
-@flow(name="dynamicrubric-stale-fresh", log_prints=True)
+@flow(name="dynamicrubric-stale-fresh")
 def stale_fresh_flow(params: StaleFreshParams) -> dict:
     store, run = params.store, params.run_id
     st = Store.from_url(store)

@@ -11,8 +11,10 @@ import time
 
 from prefect import get_run_logger
 
+from dr_core import progress
 from dr_core.model import is_bundled
 from dr_core.presets import RoundConfig
+from dr_core.resources import PeakRSS
 from dr_core.store import checkpoints
 from dr_core.store.artifacts import Store
 from tasks import round as round_tasks
@@ -22,21 +24,26 @@ STAGE = "measure"
 
 
 def run_step(task, record: dict, name: str, *args, **kwargs):
-    """Run a task, note whether it ran or came from the cache, when it started and how long it took, return its
-    result (a failed step is noted as Failed, then its error is raised)."""
+    """Run a task, note whether it ran or came from the cache, when it started, how long it took and the peak
+    resident memory of this process meanwhile (``peak_rss_mb``, sampled every 0.2 s: dr_core.resources), tell the
+    progress sink (``progress.step_finished``: the CLI's step line), return its result (a failed step is noted as
+    Failed, then its error is raised)."""
     started = dt.datetime.now(dt.timezone.utc).isoformat()
     start = time.perf_counter()
-    state = task(*args, return_state=True, **kwargs)
-    record[name] = {"state": state.name, "seconds": round(time.perf_counter() - start, 2), "started_at": started}
+    with PeakRSS() as rss:
+        state = task(*args, return_state=True, **kwargs)
+    seconds, peak = round(time.perf_counter() - start, 2), round(rss.peak_mb, 1)
+    record[name] = {"state": state.name, "seconds": seconds, "started_at": started, "peak_rss_mb": peak}
+    progress.step_finished(name, state.name, seconds, peak)
     return state.result()
 
 
 class StepLog(dict):
-    """A flow's step log (step name -> {"state", "seconds", "started_at"}, filled by ``run_step``) that is also
-    written to the store's ``steps`` table: ``flush()`` writes every step logged since the previous round's flush
-    under the current ``round`` (one file per flow run and round, rewritten whole), and leaving a ``with`` block
-    flushes, also when a step failed. So the store answers which steps ran, which came from the cache, which failed
-    and how long each took (sql/step_times.sql), for every execution of a run."""
+    """A flow's step log (step name -> {"state", "seconds", "started_at", "peak_rss_mb"}, filled by ``run_step``)
+    that is also written to the store's ``steps`` table: ``flush()`` writes every step logged since the previous
+    round's flush under the current ``round`` (one file per flow run and round, rewritten whole), and leaving a
+    ``with`` block flushes, also when a step failed. So the store answers which steps ran, which came from the cache,
+    which failed, how long each took and its peak memory (sql/step_times.sql), for every execution of a run."""
 
     def __init__(self, store: str, run_id: str, round_no: int):
         super().__init__()

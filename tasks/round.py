@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from prefect import task
 
+from dr_core import progress
 from dr_core.runs import round_steps
 from dr_core.presets import RoundConfig
 from dr_core.store.artifacts import Store
@@ -55,7 +56,8 @@ def sample(cfg: RoundConfig, prompts: dict, policy_model: str, store: str, run_i
            stage: str) -> dict:
     """K responses per prompt from the policy."""
     s = Store.from_url(store)
-    rows = round_steps.sample_sets(engine_for(cfg.engines.policy), _rows(s, prompts), cfg, policy_model, stage)
+    with progress.activity("sample", "responses"):
+        rows = round_steps.sample_sets(engine_for(cfg.engines.policy), _rows(s, prompts), cfg, policy_model, stage)
     return write_ref(s, "samples", rows, f"{stage}-samples", run_id=run_id, round=round_no)
 
 
@@ -64,8 +66,9 @@ def generate_rubrics(cfg: RoundConfig, prompts: dict, samples: dict, generator_m
                      round_no: int, stage: str) -> dict:
     """The generator's rubric list(s) for every response set."""
     s = Store.from_url(store)
-    rows, cost = round_steps.generate_rubric_rows(engine_for(cfg.engines.generator), _rows(s, prompts),
-                                               _rows(s, samples), cfg, generator_model, stage)
+    with progress.activity("rubrics", "rubrics"):
+        rows, cost = round_steps.generate_rubric_rows(engine_for(cfg.engines.generator), _rows(s, prompts),
+                                                      _rows(s, samples), cfg, generator_model, stage)
     return write_ref(s, "rubrics", rows, f"{stage}-rubrics", run_id=run_id, round=round_no) | {"cost": cost}
 
 
@@ -74,8 +77,9 @@ def verify(cfg: RoundConfig, prompts: dict, samples: dict, anchors: dict, rubric
            store: str, run_id: str, round_no: int, stage: str) -> dict:
     """The frozen verifier's yes/no for every rubric item on every response of C and of the anchor list."""
     s = Store.from_url(store)
-    rows, cost = round_steps.verify_sets(engine_for(cfg.engines.verifier), _rows(s, prompts), _rows(s, samples),
-                                      _rows(s, anchors), _rows(s, rubrics), verifier_model, stage)
+    with progress.activity("verify", "verdicts"):
+        rows, cost = round_steps.verify_sets(engine_for(cfg.engines.verifier), _rows(s, prompts), _rows(s, samples),
+                                             _rows(s, anchors), _rows(s, rubrics), verifier_model, stage)
     return write_ref(s, "verdicts", rows, f"{stage}-verdicts", run_id=run_id, round=round_no) | {"cost": cost}
 
 
@@ -95,8 +99,10 @@ def evaluate_evaluator(cfg: RoundConfig, generator_model: str, verifier_model: s
                        round_no: int) -> dict:
     """Strict accuracy of generator + verifier on the preset's held-out preference slice."""
     s = Store.from_url(store)
-    rows, metrics = round_steps.evaluate_evaluator(engine_for(cfg.engines.generator), engine_for(cfg.engines.verifier),
-                                                cfg, generator_model, verifier_model)
+    with progress.activity("evaluate evaluator", "requests"):  # the generator's rubrics, then the verdicts
+        rows, metrics = round_steps.evaluate_evaluator(engine_for(cfg.engines.generator),
+                                                       engine_for(cfg.engines.verifier), cfg, generator_model,
+                                                       verifier_model)
     return write_ref(s, "eval", rows, "evaluator", run_id=run_id, round=round_no) | {"metrics": metrics}
 
 

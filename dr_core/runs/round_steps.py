@@ -321,9 +321,11 @@ def rows_of(table: pa.Table, drop: Sequence[str] = ("run_id", "round")) -> Rows:
 
 
 def step_rows(entries: dict[str, dict], flow: str, execution: str) -> Rows:
-    """Rows of the ``steps`` table from a flow's step log (name -> {"state", "seconds", "started_at" ISO-8601})."""
+    """Rows of the ``steps`` table from a flow's step log (name -> {"state", "seconds", "started_at" ISO-8601,
+    "peak_rss_mb" (optional: the step's peak resident memory)})."""
     import datetime as dt
 
     return [{"execution": execution, "flow": flow, "step": name, "state": e["state"],
-             "started_at": dt.datetime.fromisoformat(e["started_at"]), "seconds": float(e["seconds"])}
+             "started_at": dt.datetime.fromisoformat(e["started_at"]), "seconds": float(e["seconds"]),
+             "peak_rss_mb": e.get("peak_rss_mb")}
             for name, e in entries.items()]

@@ -35,6 +35,10 @@ from dr_core.store import atomic, sql
 from dr_core.paths import cache_dir
 from dr_core.store.schemas import TABLES, conform, spec, to_arrow
 
+#: Tables whose DuckDB view matches columns by name: ``steps`` gained a column (``peak_rss_mb``), so a store holds
+#: parts with and without it. Small files only: reading by name reads every part's footer first.
+UNION_BY_NAME = frozenset({"steps"})
+
 #: Partition values (run ids among them) and part names become path segments: keep them plain.
 SEGMENT_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 _SEGMENT = re.compile(SEGMENT_PATTERN)
@@ -364,12 +368,14 @@ class Store:
             parts = self.parts(name)
             if parts:
                 # union_by_name would read every file's footer before each query (slow on S3); all parts are
-                # written through conform(), so they share the schema. A schema change needs old parts rewritten.
+                # written through conform(), so they share the schema. A schema change needs old parts rewritten,
+                # except in the small steps table, which gained a column (peak_rss_mb) and is read by name.
                 # A root with glob characters in it cannot be globbed: its views list today's files instead.
                 source = ("[" + ", ".join(sql.quote(p) for p in parts) + "]") if literal_paths else \
                     sql.quote(self.table_glob(name))
                 try:
-                    con.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet({source}, union_by_name = false, "
+                    by_name = "true" if name in UNION_BY_NAME else "false"
+                    con.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet({source}, union_by_name = {by_name}, "
                                 "hive_partitioning = false)")
                 except duckdb.Error as exc:
                     raise StoreError(f"store {self.url}: table {name} cannot be read ({_cause(exc)}); a part file "

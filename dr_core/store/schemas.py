@@ -188,10 +188,12 @@ _SPECS = [
             _f("state", pa.string()),
             _f("started_at", pa.timestamp("us", tz="UTC")),
             _f("seconds", pa.float64()),
+            _f("peak_rss_mb", pa.float64(), True),
         ]),
         RUN_KEYS,
         "one row per flow step of one flow run (execution): Completed (ran), Cached (served from the cache) or "
-        "Failed, with its wall seconds; every execution adds its own rows",
+        "Failed, with its wall seconds and the flow process's peak resident memory meanwhile (MB; NULL in rows "
+        "written before it was recorded); every execution adds its own rows",
     ),
     TableSpec(
         "eval",

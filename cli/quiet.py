@@ -1,0 +1,87 @@
+"""The quiet log: third-party output a user cannot act on is filtered before torch, vLLM, TRL or Prefect load.
+
+``apply(verbose)`` runs first in ``dr round``, ``dr coevolve`` and ``dr stale-fresh``. By default it sets
+environment defaults (a value the user set wins) and ``warnings`` filters for exactly these:
+
+- torch's C++ warnings printed as ``[W1201 ... utils.cpp:68] Warning: NUMA binding: ...`` (vLLM-CPU's
+  ``init_cpu_memory_env``): ``TORCH_CPP_LOG_LEVEL=ERROR`` (c10 reads it when libtorch loads);
+- vLLM's WARNING lines (``cpu_worker.py:140 CPU backend doesn't allow to use torch.set_num_threads``,
+  ``cpu_worker.py:114 libtcmalloc is not found``, ``dispatcher.py:164 Kernel ... is already registered``,
+  ``Unknown vLLM environment variable``, ``The global random seed is set to 0``, "Triton is installed, but doesn't
+  include CPU backend"): ``VLLM_LOGGING_LEVEL=ERROR`` (vllm/logger.py), and the ``vllm`` logger at ERROR for the
+  lines vLLM logs at import, before it configures its own logging;
+- vLLM's "Loading safetensors checkpoint shards" bars: ``use_tqdm_on_load=False`` (dr_core/engines/vllm_engine.py);
+  transformers' "Loading weights" bars: ``HF_HUB_DISABLE_PROGRESS_BARS=1`` (transformers.utils.logging follows it),
+  datasets' "Map" bars: ``HF_DATASETS_DISABLE_PROGRESS_BARS=1``;
+- transformers' warnings (e.g. "torch.distributed process group is initialized, but parallel_mode !=
+  ParallelMode.DISTRIBUTED"): ``TRANSFORMERS_VERBOSITY=error``; TRL's experimental-feature notices:
+  ``TRL_EXPERIMENTAL_SILENCE=1``;
+- TRL's ``UserWarning: TRL currently supports vLLM versions from 0.22.0 to 0.31.0 ...`` (trl/import_utils.py,
+  ``warnings.warn``) and torch's ``FutureWarning: `torch.distributed.reduce_op` is deprecated`` raised from
+  vllm/triton_utils/dispatcher.py: ``warnings`` filters on their exact text (``WARNING_FILTERS``), also passed to
+  child processes through ``PYTHONWARNINGS``;
+- Prefect's per-run INFO lines ("Task run '...' - Finished in state Completed()", "Beginning flow run", and what a
+  task prints, which Prefect's ``log_prints`` turns into INFO lines): the loggers ``prefect.task_runs`` and
+  ``prefect.flow_runs`` at WARNING (``PREFECT_LOGGING_LOGGERS_PREFECT_TASK_RUNS_LEVEL``, read by Prefect's logging
+  config), so their warnings and errors, Prefect's own messages and the flow's warnings still show. The CLI prints
+  its own line per step instead (cli/progress.py).
+
+Errors are never filtered. ``apply(True)`` (``--verbose``) sets ``DR_VERBOSE=1`` (dr_core.progress.verbose) and
+filters nothing. Only os, logging and warnings are imported here: ``dr --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+
+from dr_core.progress import VERBOSE_ENV
+
+#: Environment defaults of the quiet log (``os.environ.setdefault``: the user's own value wins).
+ENV_DEFAULTS = {
+    "VLLM_LOGGING_LEVEL": "ERROR",
+    "TORCH_CPP_LOG_LEVEL": "ERROR",
+    "TRANSFORMERS_VERBOSITY": "error",
+    "TRL_EXPERIMENTAL_SILENCE": "1",
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+    "HF_DATASETS_DISABLE_PROGRESS_BARS": "1",
+    "PREFECT_LOGGING_LOGGERS_PREFECT_TASK_RUNS_LEVEL": "WARNING",
+    "PREFECT_LOGGING_LOGGERS_PREFECT_FLOW_RUNS_LEVEL": "WARNING",
+}
+
+#: (message prefix, category, module) of each third-party Python warning filtered; message and module are literal
+#: text (escaped here), the message matched from its start as ``python -W`` does.
+WARNING_FILTERS = (
+    ("TRL currently supports vLLM versions from", UserWarning, ""),
+    ("`torch.distributed.reduce_op` is deprecated", FutureWarning, "vllm.triton_utils.dispatcher"),
+)
+
+
+def _python_warnings_option(message: str, category: type[Warning], module: str) -> str:
+    return f"ignore:{message}:{category.__name__}:{module}"
+
+
+def apply(verbose: bool = False) -> None:
+    """Quiet the third-party log (default), or with ``verbose`` ask for all of it (``DR_VERBOSE=1``)."""
+    if verbose:
+        os.environ[VERBOSE_ENV] = "1"
+        return
+    os.environ.pop(VERBOSE_ENV, None)
+    for key, value in ENV_DEFAULTS.items():
+        os.environ.setdefault(key, value)
+    import re
+
+    options = []
+    for message, category, module in WARNING_FILTERS:
+        warnings.filterwarnings("ignore", message=re.escape(message), category=category,
+                                module=re.escape(module) + r"\Z" if module else "")
+        options.append(_python_warnings_option(message, category, module))
+    inherited = [o for o in os.environ.get("PYTHONWARNINGS", "").split(",") if o]
+    os.environ["PYTHONWARNINGS"] = ",".join(inherited + [o for o in options if o not in inherited])
+    # vLLM logs a few lines at import, before it applies VLLM_LOGGING_LEVEL to its own logger; Prefect's logging
+    # config leaves this logger alone (disable_existing_loggers: false).
+    try:
+        logging.getLogger("vllm").setLevel(os.environ["VLLM_LOGGING_LEVEL"].upper())
+    except ValueError:  # a level vLLM itself will reject, with its own message
+        pass

