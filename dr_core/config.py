@@ -115,11 +115,11 @@ class EngineConfig(BaseModel):
         "float32", description="Weights dtype for vllm. float32 on CPU (bf16 is 3-8x slower there)."
     )
     max_model_len: int = Field(4096, ge=256, description="Longest prompt + completion in tokens (vllm).")
-    kv_cache_gib: int | None = Field(
+    kv_cache_gib: float | None = Field(
         None,
-        ge=1,
-        description="KV-cache size in GiB (vllm). On CPU it sets VLLM_CPU_KVCACHE_SPACE (None: 2). On CUDA None "
-        "lets gpu_memory_utilization size it; a number fixes it (kv_cache_memory_bytes).",
+        gt=0,
+        description="KV-cache size in GiB, fractions allowed (vllm; kv_cache_memory_bytes). On CPU None means 2. "
+        "On CUDA None lets gpu_memory_utilization size it; a number fixes it.",
     )
     gpu_memory_utilization: float = Field(
         0.85, gt=0, le=1, description="Fraction of GPU memory vLLM may take (CUDA build only)."
@@ -129,6 +129,15 @@ class EngineConfig(BaseModel):
     )
     enforce_eager: bool = Field(
         True, description="Skip torch.compile/CUDA graphs: start-up 4 s instead of ~140 s on CPU (vllm)."
+    )
+    block_size: int | None = Field(
+        None,
+        ge=16,
+        multiple_of=16,
+        description="KV-cache block size in tokens (vllm). Prefix-cache hits are whole blocks, so every verdict "
+        "recomputes the part of its shared prefix past the last full block (half a block on average). None: 32 "
+        "on the CPU build (the smallest its attention kernel takes; vLLM's CPU default is 128), vLLM's default "
+        "elsewhere. On CPU give a multiple of 32. Measured by infra/benchmarks/bench_verify.py.",
     )
     max_num_seqs: int | None = Field(None, ge=1, description="Most sequences vLLM runs at once (None: vLLM's).")
     tensor_parallel_size: int = Field(

@@ -71,12 +71,18 @@ _PAPER_ENGINE = EngineConfig(dtype="bfloat16", max_model_len=32768, enforce_eage
 #: procedure whose verdicts vary most (yes-rate 0.58-0.62, mean R_disc 0.10-0.16) with the best obvious-probe
 #: accuracy but one (0.67); structured choice said no to 82-99 % of the same checks, contextual calibration yes to
 #: 77-87 %. SmolLM2-135M with the original prompt says yes to every check: no score could differ. Generator and policy
-#: stay SmolLM2 (they are the trained models; the verifier is frozen). 1 GiB of KV cache is ample for its checks.
+#: stay SmolLM2 (they are the trained models; the verifier is frozen). 0.5 GiB of KV cache (21k tokens at its 24 KB
+#: per token) holds every check of a round's sets with their shared prefixes.
 TINY_VERIFIER = EngineConfig(model="qwen2.5-coder-0.5b-instruct", verifier_prompt="plain", verdict_mode="balanced",
-                             kv_cache_gib=1)
+                             kv_cache_gib=0.5)
+
+#: The tiny preset's generator and policy: SmolLM2-135M (the default model) with a 0.5 GiB KV cache (11k tokens at
+#: its 46 KB per token), ample for 4 prompts x K=4 and the rubric prompts; the default 2 GiB only costs memory.
+TINY_TRAINED = EngineConfig(kv_cache_gib=0.5)
 
 PRESETS: dict[str, RoundConfig] = {
-    "tiny": RoundConfig(preset="tiny", n_anchor=3, eval_limit=4, engines=EnginesConfig(verifier=TINY_VERIFIER)),
+    "tiny": RoundConfig(preset="tiny", n_anchor=3, eval_limit=4,
+                        engines=EnginesConfig(generator=TINY_TRAINED, verifier=TINY_VERIFIER, policy=TINY_TRAINED)),
     "paper": RoundConfig(
         preset="paper",
         min_anchor_responses=7,
@@ -154,9 +160,11 @@ def _coevolve_presets() -> dict[str, CoevolveConfig]:
             # one step over two sets (2 groups of 4 rubric rollouts): a set on which the verifier answers every
             # check alike gives its group no gradient, and one group per step made such a step a no-op (measured)
             # rollouts on an in-process vLLM engine (dr_core/train/rollouts.py), not transformers' generate
+            # micro-batches of 2 rollouts (4 accumulation steps, one generation of all 8): the same update as one
+            # batch of 8 (the loss is normalised over the whole generation), a quarter of the activation memory
             generator=GRPOSettings(learning_rate=5e-6, num_generations=4, max_completion_length=128,
-                                   per_device_train_batch_size=8, max_steps=1, save_steps=1, temperature=1.0,
-                                   rollouts="vllm"),
+                                   per_device_train_batch_size=2, gradient_accumulation_steps=4, max_steps=1,
+                                   save_steps=1, temperature=1.0, rollouts="vllm"),
             # two groups (prompts) per step: one group whose K scores tie does not stop the step's gradient
             policy=GRPOSettings(learning_rate=1e-6, num_generations=tiny.k, max_completion_length=64,
                                 per_device_train_batch_size=2 * tiny.k, max_steps=2, save_steps=1,

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from prefect import task
 
+from dr_core.resources import return_freed_memory
 from dr_core.store import checkpoints
 from dr_core.runs import round_steps
 from dr_core.scoring import signals
@@ -122,6 +123,7 @@ def train_generator(cfg: CoevolveConfig, prompts: dict, samples: dict, anchors: 
     keep_engines(cfg.round.engines.verifier)  # the rewards' verifier; the trainer needs the memory of the rest
     result = grpo_train_generator(local_dir(s, base), rows, engine_for(cfg.round.engines.verifier), cfg.generator,
                                   scratch, on_rollouts=sink)
+    return_freed_memory()  # the trainer's tensors are freed: give their pages back before the next step
     sink = _rollouts(sink, scratch)
     return _finish(s, result, "generator", base, run_id, round_no, sink.generator_tables(),
                    None if cfg.generator.keep_resume_checkpoints else scratch, counted="unparseable",
@@ -142,6 +144,7 @@ def train_policy(cfg: CoevolveConfig, prompts: dict, base: dict, generator: dict
     keep_engines(gen_cfg, cfg.round.engines.verifier)  # the rewards' G(t) and verifier
     result = grpo_train_policy(local_dir(s, base), rows, engine_for(gen_cfg), engine_for(cfg.round.engines.verifier),
                                cfg.policy, scratch, on_rollouts=sink)
+    return_freed_memory()
     sink = _rollouts(sink, scratch)
     return _finish(s, result, "policy", base, run_id, round_no, sink.policy_tables(),
                    None if cfg.policy.keep_resume_checkpoints else scratch, counted="unscorable",

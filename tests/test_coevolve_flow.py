@@ -19,7 +19,8 @@ def micro_coevolve(test_engine_config):
         "tiny",
         round={"n_prompts": 2, "k": 2, "n_anchor": 3, "eval_limit": 2, "policy_max_tokens": 24,
                "generator_max_tokens": 160, "engines": EnginesConfig(generator=eng, verifier=eng, policy=eng).model_dump()},
-        generator={"max_steps": 1, "num_generations": 2, "per_device_train_batch_size": 2, "max_completion_length": 48},
+        generator={"max_steps": 1, "num_generations": 2, "per_device_train_batch_size": 2,
+                   "gradient_accumulation_steps": 1, "max_completion_length": 48},
         policy={"max_steps": 1, "max_completion_length": 24, "rubric_max_tokens": 160},
         measure_start=False,
     )

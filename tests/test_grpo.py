@@ -358,3 +358,32 @@ def test_first_step_without_the_reference_forward_is_the_same_update(tiny_llama_
     assert _changed(_weights(tiny_llama_dir), out[True])
     for k in out[True]:
         torch.testing.assert_close(out[True][k], out[False][k], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_one_step_update_without_a_reference_model_is_the_same_update(tiny_llama_dir, tmp_path, monkeypatch):
+    """A one-step update never leaves the reference: TRL gets beta = 0 (no reference model loaded), and the weights
+    equal those of the same update computed with the reference model and the configured beta."""
+    import torch
+
+    rows = [PolicyRow(i, f"p{i}", q) for i, q in enumerate(["Name a fruit.", "Say hi."])]
+    settings = GRPOSettings(**{**TINY, "beta": 0.5, "max_steps": 1})
+    assert grpo._effective_beta(settings) == 0.0
+    assert grpo._effective_beta(settings.model_copy(update={"max_steps": 2})) == 0.5
+    grpo.train_policy(tiny_llama_dir, rows, fake_engine(_rubric_json(("a", 1), ("e", 2))), fake_engine(), settings,
+                      tmp_path / "fast")
+    cls = grpo._grpo_trainer_class
+
+    def with_reference():
+        class T(cls()):
+            dr_skip_ref_at_start = False
+        return T
+
+    monkeypatch.setattr(grpo, "_effective_beta", lambda s: s.beta)
+    monkeypatch.setattr(grpo, "_grpo_trainer_class", with_reference)
+    grpo.train_policy(tiny_llama_dir, rows, fake_engine(_rubric_json(("a", 1), ("e", 2))), fake_engine(), settings,
+                      tmp_path / "full")
+    fast, full = _weights(tmp_path / "fast" / "final"), _weights(tmp_path / "full" / "final")
+    assert _changed(_weights(tiny_llama_dir), fast)
+    for k in fast:
+        torch.testing.assert_close(fast[k], full[k], rtol=1e-5, atol=1e-6)

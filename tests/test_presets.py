@@ -30,6 +30,8 @@ def test_a_policy_group_that_does_not_match_k_is_refused():
 
 def test_tiny_generator_update_scores_two_sets_in_its_step():
     cfg = coevolve_preset("tiny")
-    assert cfg.generator.per_device_train_batch_size == 2 * cfg.generator.num_generations
-    assert cfg.generator.max_steps * cfg.generator.per_device_train_batch_size // cfg.generator.num_generations \
-        <= cfg.round.n_prompts  # every group of the update is a different set
+    g = cfg.generator
+    per_step = g.per_device_train_batch_size * g.gradient_accumulation_steps  # one generation per step
+    assert (g.steps_per_generation or g.gradient_accumulation_steps) == g.gradient_accumulation_steps
+    assert per_step == 2 * g.num_generations
+    assert g.max_steps * per_step // g.num_generations <= cfg.round.n_prompts  # every group is a different set

@@ -21,7 +21,8 @@ ENGINES = Path(__file__).resolve().parent / "engines_smollm2.yaml"
 #: no round 0 and no policy evaluation.
 SMALL = ["round.n_prompts=2", "round.k=2", "round.n_anchor=3", "round.eval_limit=2", "round.policy_max_tokens=24",
          "round.generator_max_tokens=160", "generator.max_steps=1", "generator.num_generations=2",
-         "generator.per_device_train_batch_size=2", "generator.max_completion_length=48", "policy.max_steps=1",
+         "generator.per_device_train_batch_size=2", "generator.gradient_accumulation_steps=1",
+         "generator.max_completion_length=48", "policy.max_steps=1",
          "policy.max_completion_length=24", "policy.rubric_max_tokens=160", "measure_start=false",
          "policy_eval=null"]
 

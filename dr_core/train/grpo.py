@@ -455,6 +455,16 @@ def _fault_callback():
     return FaultPoint()
 
 
+def _effective_beta(settings: GRPOSettings) -> float:
+    """The KL coefficient given to TRL. A one-step update (one generation per step) never leaves the reference
+    model: the KL term (k3 estimator) and its gradient are 0 at that step, so beta = 0 is the same update and TRL
+    then loads no reference model (its memory and its forward pass saved). Otherwise the settings' beta; the first
+    step of a longer update still skips the reference forward (``dr_skip_ref_at_start``)."""
+    one_generation_per_step = (settings.steps_per_generation or settings.gradient_accumulation_steps) \
+        == settings.gradient_accumulation_steps
+    return 0.0 if settings.max_steps == 1 and one_generation_per_step else settings.beta
+
+
 def _progress_callback(max_steps: int):
     """A TRL/transformers callback that counts optimiser steps in ``dr_core.progress`` (the CLI's bar)."""
     from transformers import TrainerCallback
@@ -537,6 +547,9 @@ def _train(
         return TrainResult(**json.loads((final / RESULT_FILE).read_text()))
 
     import torch
+
+    if not torch.cuda.is_available():  # DeepSpeed (imported by TRL) would warn it "was unable to detect" a GPU
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig
@@ -565,7 +578,7 @@ def _train(
     args = GRPOConfig(
         output_dir=str(ckpt_dir),
         learning_rate=settings.learning_rate,
-        beta=settings.beta,
+        beta=_effective_beta(settings),
         num_generations=settings.num_generations,
         max_completion_length=settings.max_completion_length,
         per_device_train_batch_size=settings.per_device_train_batch_size,

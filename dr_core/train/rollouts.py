@@ -75,6 +75,22 @@ def named_weights(model):
         yield name, param.detach()
 
 
+def kv_cache_gib(base_checkpoint: str, length: int, settings) -> float:
+    """GiB of KV cache for one generation batch of rollouts, by the model's per-token KV size (layers x 2 x KV heads
+    x head dim x bytes): every prompt of the batch at ``length`` tokens (the G rollouts of a prompt share its prefix
+    blocks) plus every completion's ``max_completion_length``, with half again as headroom; at least 0.25 GiB."""
+    import json
+    from pathlib import Path
+
+    c = json.loads((Path(base_checkpoint) / "config.json").read_text())
+    heads = c.get("num_attention_heads", 1)
+    head_dim = c.get("head_dim") or c["hidden_size"] // heads
+    per_token = c["num_hidden_layers"] * 2 * c.get("num_key_value_heads", heads) * head_dim * (2 if settings.bf16 else 4)
+    batch = settings.per_device_train_batch_size * (settings.steps_per_generation or settings.gradient_accumulation_steps)
+    tokens = batch // settings.num_generations * length + batch * settings.max_completion_length
+    return max(0.25, round(1.5 * tokens * per_token / 2**30, 2))
+
+
 class VLLMRollouts:
     """TRL ``rollout_func``: rollouts of the model being trained, sampled by an in-process vLLM engine that gets the
     trainer's weights at every new optimiser step. ``sync_seconds`` / ``generate_seconds`` add up the time spent."""
@@ -130,11 +146,13 @@ class VLLMRollouts:
 
 
 def vllm_rollouts(base_checkpoint: str, prompts: Sequence, tokenizer, settings) -> VLLMRollouts:
-    """A ``VLLMRollouts`` on a new in-process engine for ``base_checkpoint``, sized for these prompts (its context:
-    the longest prompt plus ``max_completion_length``; KV cache 1 GiB; float32 unless the settings train in bf16)."""
+    """A ``VLLMRollouts`` on a new in-process engine for ``base_checkpoint``, sized for these prompts: its context is
+    the longest prompt plus ``max_completion_length``, its KV cache room for every prompt's prefix and G completions
+    of one generation batch at that context, at least 0.25 GiB; float32 unless the settings train in bf16."""
     from dr_core.config import EngineConfig
     from dr_core.engines import make_engine
 
+    length = model_len(tokenizer, prompts, settings.max_completion_length)
     cfg = EngineConfig(model=str(base_checkpoint), dtype="bfloat16" if settings.bf16 else "float32",
-                       max_model_len=model_len(tokenizer, prompts, settings.max_completion_length), kv_cache_gib=1)
+                       max_model_len=length, kv_cache_gib=kv_cache_gib(base_checkpoint, length, settings))
     return VLLMRollouts(make_engine(cfg), tokenizer, settings.seed)

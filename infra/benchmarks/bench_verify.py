@@ -1,15 +1,32 @@
-"""Benchmark (not a test): verification throughput of the project's verifier layout against the naive one.
+"""Benchmark (not a test): verification throughput of the project's verifier against the naive layout and today's code.
 
-Same engine, same (prompt, response, criterion) checks, prefix cache reset before each arm:
-- ``shared_prefix``: the project's layout (instructions, prompt, response first; criterion last), sent as one
-  batch grouped by response, so vLLM's prefix cache serves the K x M checks of a response from one prefill.
-- ``naive``: one request per criterion with the criterion first, so no two checks share more than the system
-  prompt and every check pays its full prefill.
-Figures: verdicts/s and prompt tokens/s of each arm and their ratio (measured in this one run), and the cost per
-verdict of the shared-prefix layout against the ideal "prefill only the unique tokens" cost (unique tokens of
-all prompts, as a token trie, at the raw prefill rate measured by the naive arm).
+One run, the same (prompt, response, criterion) checks in every arm, the prefix cache reset before each arm, two
+engines open side by side (the same model; only the KV-cache block size differs):
 
-    flock /tmp/dr-heavy.lock .venv/bin/python infra/benchmarks/bench_verify.py --prompts 3 --responses 3 \\
+- ``naive``: one request per check with the criterion first (``verifier_messages(layout="criterion_first")``), so
+  no two checks share more than the system prompt and every check pays its full prefill (today's engine).
+- ``today``: the project's verifier as it was: ``verify()`` (shared prefix first, criterion last, checks of one
+  response adjacent) on an engine with vLLM's CPU default block size, 128 (``--today-block-size``).
+- ``new``: the same ``verify()`` on an engine with the project's block size (``EngineConfig.block_size`` None: 32
+  on CPU, the smallest the CPU attention kernel takes).
+- ``leaders``: the requests of ``new``, first one "leader" per distinct (prompt, response) in one call, then the rest
+  in a second call, so every prefix is computed and cached before any follower is scheduled. An experiment: vLLM
+  caches a block when it allocates it, so followers scheduled in their leader's own step already hit it.
+
+The requests of ``today``, ``new`` and ``leaders`` are the same (the same prompt text per verdict; only order,
+batching and block size differ), so they must give the same verdicts: the run checks it (``naive`` asks differently
+worded questions and is compared for information only).
+
+Figures: verdicts/s, prompt tokens computed / total (computed = not served by the prefix cache), ms per verdict,
+the ratio new/today, and each arm's cost against the ideal: the unique tokens of its prompts (a token trie: each
+shared prefix once) at the raw prefill rate. The raw rate is measured in every pass, next to the arms (a cold
+prefill of the leaders alone, the faster of the two engines), and each arm's ratio is the median of its per-pass
+ratios, so the load of a busy machine shifts both sides alike. The cost above the ideal is split into two measured
+terms: block granularity (tokens computed beyond the unique ones, at the raw rate) and the per-request cost (as many
+one-token prompts with the same sampling parameters: scheduling, the grammar, the decode step that ends each
+answer). A decode probe compares the two block sizes on plain generation too.
+
+    flock /tmp/dr-heavy.lock env OMP_NUM_THREADS=2 .venv/bin/python infra/benchmarks/bench_verify.py \\
         --output bench_verify.json
 """
 
@@ -18,18 +35,21 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from dr_core.rubric import prompts
 from dr_core.config import EngineConfig  # noqa: E402
 from dr_core.datasets import load_ranked  # noqa: E402
+from dr_core.evaluator.items import Check  # noqa: E402
+from dr_core.evaluator.verify import parse_verdict, send_order, verify  # noqa: E402
 from dr_core.paths import bundled  # noqa: E402
+from dr_core.rubric import prompts  # noqa: E402
 
-#: Generic criteria, so that both arms check exactly the same things.
+#: Generic criteria, so that every arm checks exactly the same things.
 CRITERIA = (
     "The response answers the question that was asked.",
     "The response is factually accurate.",
@@ -40,6 +60,9 @@ CRITERIA = (
     "The response uses a polite and helpful tone.",
     "The response contains no harmful or unsafe advice.",
 )
+#: What the benchmark's verify() calls ask for (the project's defaults).
+STYLE = "system"
+MAX_TOKENS = 4
 
 
 def unique_tokens(sequences: list[list[int]]) -> int:
@@ -56,27 +79,142 @@ def unique_tokens(sequences: list[list[int]]) -> int:
     return total
 
 
-def run_arm(engine, checks, layout: str) -> dict:
-    convs = [prompts.verifier_messages(p, r, c, layout=layout) for p, r, c in checks]
-    engine.reset_prefix_cache()
-    start = time.perf_counter()
-    outs = engine.chat(convs, max_tokens=4, temperature=0.0, choices=list(prompts.VERDICT_CHOICES))
-    seconds = time.perf_counter() - start
-    prompt_tokens = sum(o.prompt_tokens for o in outs)
-    cached = sum(o.cached_tokens or 0 for o in outs)
+def block_hit_tokens(sequences: list[list[int]], block: int) -> int:
+    """Prompt tokens a block-granular prefix cache computes when the sequences are sent in this order (nothing
+    evicted): each prompt reuses its longest run of full blocks already seen, never its last token."""
+    seen: set[tuple[int, ...]] = set()
+    computed = 0
+    for seq in sequences:
+        hit = 0
+        for b in range((len(seq) - 1) // block):
+            if tuple(seq[: (b + 1) * block]) not in seen:
+                break
+            hit = (b + 1) * block
+        computed += len(seq) - hit
+        seen.update(tuple(seq[: (b + 1) * block]) for b in range(len(seq) // block))
+    return computed
+
+
+def _figures(name: str, engine, block: int, verdicts, outs_or_stats, seconds: float, sent: list[list[int]]) -> dict:
+    if isinstance(outs_or_stats, list):
+        prompt_tokens = sum(o.prompt_tokens for o in outs_or_stats)
+        cached = sum(o.cached_tokens or 0 for o in outs_or_stats)
+    else:
+        prompt_tokens, cached = outs_or_stats.prompt_tokens, outs_or_stats.cached_tokens
+    n = len(verdicts)
     return {
-        "layout": layout,
-        "verdicts": len(outs),
+        "arm": name,
+        "block_size": block,
+        "verdicts": n,
         "seconds": seconds,
-        "verdicts_per_s": len(outs) / seconds,
+        "verdicts_per_s": n / seconds,
+        "ms_per_verdict": 1000 * seconds / n,
         "prompt_tokens": prompt_tokens,
-        "prompt_tokens_per_s": prompt_tokens / seconds,
         "cached_tokens": cached,
         "computed_prompt_tokens": prompt_tokens - cached,
-        "ms_per_verdict": 1000 * seconds / len(outs),
-        "unscorable": sum(o.texts[0] not in prompts.VERDICT_CHOICES for o in outs),
-        "unique_prompt_tokens": unique_tokens([engine.render(c) for c in convs]),
+        "computed_prompt_tokens_per_s": (prompt_tokens - cached) / seconds,
+        "unique_prompt_tokens": unique_tokens(sent),
+        "predicted_computed_tokens": block_hit_tokens(sent, block),
+        "unscorable": sum(v is None for v in verdicts),
+        "yes": sum(v == 1 for v in verdicts),
     }
+
+
+def run_naive(engine, block: int, checks: list[Check]) -> tuple[dict, list]:
+    convs = [prompts.verifier_messages(c.prompt, c.response, c.criterion, layout="criterion_first") for c in checks]
+    engine.reset_prefix_cache()
+    start = time.perf_counter()
+    outs = engine.chat(convs, max_tokens=MAX_TOKENS, temperature=0.0, choices=list(prompts.VERDICT_CHOICES))
+    seconds = time.perf_counter() - start
+    verdicts = [parse_verdict(o.texts[0], o.finish_reasons[0]) for o in outs]
+    return _figures("naive", engine, block, verdicts, outs, seconds, [engine.render(c) for c in convs]), verdicts
+
+
+def _rendered(engine, checks: list[Check]) -> list[list[int]]:
+    return [engine.render(prompts.verifier_messages(c.prompt, c.response, c.criterion, style=STYLE)) for c in checks]
+
+
+def run_verify(name: str, engine, block: int, checks: list[Check]) -> tuple[dict, list]:
+    """The project's verifier, as the evaluator and the GRPO reward call it."""
+    engine.reset_prefix_cache()
+    start = time.perf_counter()
+    verdicts, stats = verify(engine, checks, max_tokens=MAX_TOKENS, verdict_mode="choice", verifier_prompt=STYLE)
+    seconds = time.perf_counter() - start
+    return _figures(name, engine, block, verdicts, stats, seconds, _rendered(engine, send_order(checks))), verdicts
+
+
+def split_leaders(checks: list[Check]) -> tuple[list[Check], list[Check]]:
+    """(the first check of every (prompt, response), all the others), both in ``send_order``."""
+    seen: set[tuple[str, str]] = set()
+    leaders, followers = [], []
+    for c in send_order(checks):
+        (followers if (c.prompt, c.response) in seen else leaders).append(c)
+        seen.add((c.prompt, c.response))
+    return leaders, followers
+
+
+def _ask(engine, checks: list[Check]):
+    return engine.chat([prompts.verifier_messages(c.prompt, c.response, c.criterion, style=STYLE) for c in checks],
+                       max_tokens=MAX_TOKENS, temperature=0.0, choices=list(prompts.VERDICT_CHOICES))
+
+
+def run_leaders(engine, block: int, checks: list[Check]) -> tuple[dict, list]:
+    """One leader per (prompt, response) in a first call, every other check in a second one."""
+    leaders, followers = split_leaders(checks)
+    engine.reset_prefix_cache()
+    start = time.perf_counter()
+    outs = _ask(engine, leaders) + _ask(engine, followers)
+    seconds = time.perf_counter() - start
+    got = {c: parse_verdict(o.texts[0], o.finish_reasons[0]) for c, o in zip(leaders + followers, outs)}
+    verdicts = [got[c] for c in checks]
+    return _figures("leaders", engine, block, verdicts, outs, seconds, _rendered(engine, leaders + followers)), verdicts
+
+
+def raw_prefill_rate(engine, checks: list[Check]) -> float:
+    """Prompt tokens/s of a cold prefill of the leaders alone (one check per distinct prefix: nothing in common but
+    the system prompt, so nearly every token is computed): the rate the ideal is priced at."""
+    leaders, _ = split_leaders(checks)
+    engine.reset_prefix_cache()
+    start = time.perf_counter()
+    outs = _ask(engine, leaders)
+    seconds = time.perf_counter() - start
+    return sum(o.prompt_tokens - (o.cached_tokens or 0) for o in outs) / seconds
+
+
+def per_request_cost(engine, requests: int) -> float:
+    """Seconds per request of ``requests`` one-token prompts asked the verdict question's sampling parameters."""
+    from vllm import SamplingParams, TokensPrompt
+    from vllm.sampling_params import StructuredOutputsParams
+
+    params = SamplingParams(n=1, temperature=0.0, max_tokens=MAX_TOKENS,
+                            structured_outputs=StructuredOutputsParams(choice=list(prompts.VERDICT_CHOICES)))
+    token = engine.render([{"role": "user", "content": "Hi"}])[0]
+    start = time.perf_counter()
+    engine.llm.generate([TokensPrompt(prompt_token_ids=[token]) for _ in range(requests)], params, use_tqdm=False)
+    return (time.perf_counter() - start) / requests
+
+
+def decode_rate(engine, prompts_n: int = 4, tokens: int = 64) -> float:
+    """Output tokens/s of plain generation (prompts_n prompts x tokens, no EOS): does the block size cost decode?"""
+    from vllm import SamplingParams, TokensPrompt
+
+    params = SamplingParams(n=1, temperature=0.0, max_tokens=tokens, ignore_eos=True)
+    ids = [engine.render([{"role": "user", "content": f"Tell me a long story about the number {i}."}])
+           for i in range(prompts_n)]
+    engine.reset_prefix_cache()
+    start = time.perf_counter()
+    engine.llm.generate([TokensPrompt(prompt_token_ids=p) for p in ids], params, use_tqdm=False)
+    return prompts_n * tokens / (time.perf_counter() - start)
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| arm | block | verdicts/s | ms/verdict | prompt tokens computed / total | unique | x ideal |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['arm']} | {r['block_size']} | {r['verdicts_per_s']:.2f} | {r['ms_per_verdict']:.0f} | "
+                     f"{r['computed_prompt_tokens']:,} / {r['prompt_tokens']:,} | {r['unique_prompt_tokens']:,} | "
+                     f"{r['cost_over_ideal']:.2f}x |")
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -85,6 +223,11 @@ def main() -> None:
     ap.add_argument("--responses", type=int, default=3, help="responses per prompt")
     ap.add_argument("--criteria", type=int, default=len(CRITERIA), help=f"criteria per response (<= {len(CRITERIA)})")
     ap.add_argument("--model", default="default", help="checkpoint directory or 'default'")
+    ap.add_argument("--today-block-size", type=int, default=128, help="today's engine: vLLM's CPU default")
+    ap.add_argument("--new-block-size", type=int, default=None,
+                    help="the new engine's EngineConfig.block_size (default None: the project's, 32 on CPU)")
+    ap.add_argument("--repeats", type=int, default=3,
+                    help="passes over the raw/today/new/leaders arms, interleaved (the median is kept)")
     ap.add_argument("--output", type=Path, help="write the figures as JSON here")
     args = ap.parse_args()
 
@@ -95,39 +238,109 @@ def main() -> None:
     if args.model == "default":
         prepare_default_model(lambda m: print(m, file=sys.stderr))
     rows = load_ranked(bundled("anchors_alpacaeval.jsonl"), limit=args.prompts)
-    checks = [(r.prompt, resp, c) for r in rows for resp in r.responses[: args.responses] for c in CRITERIA[: args.criteria]]
-    engine = VLLMEngine(EngineConfig(model=args.model, max_model_len=4096))
-    engine.chat([[{"role": "user", "content": "warm up"}]], max_tokens=2)
+    checks = [Check(r.prompt, resp, c) for r in rows for resp in r.responses[: args.responses]
+              for c in CRITERIA[: args.criteria]]
 
-    naive = run_arm(engine, checks, "criterion_first")
-    shared = run_arm(engine, checks, "shared_prefix_first")
-    raw_prefill_rate = naive["computed_prompt_tokens"] / naive["seconds"]  # tokens/s when nearly nothing is cached
-    ideal_ms = 1000 * shared["unique_prompt_tokens"] / raw_prefill_rate / shared["verdicts"]
+    def open_engine(block):
+        engine = VLLMEngine(EngineConfig(model=args.model, max_model_len=4096, block_size=block))
+        # warm up on a long prompt of other text too (the first large prefill of a process is slow)
+        warm = [[{"role": "user", "content": "warm up"}],
+                prompts.verifier_messages("Warm up?", "Warming up the engine. " * 80, "The response is warm.")]
+        engine.chat(warm, max_tokens=2, choices=list(prompts.VERDICT_CHOICES))
+        return engine, engine.llm.llm_engine.vllm_config.cache_config.block_size
+
+    today_engine, today_block = open_engine(args.today_block_size)
+    new_engine, new_block = open_engine(args.new_block_size)
+    print(f"engines open: today block {today_block}, new block {new_block}", file=sys.stderr)
+
+    naive, naive_v = run_naive(today_engine, today_block, checks)
+    passes: dict[str, list[dict]] = {"today": [], "new": [], "leaders": []}
+    raw_rates: list[float] = []
+    verdicts: dict[str, list] = {}
+    for _ in range(args.repeats):
+        # raw rate of this pass: the faster engine's (a smaller ideal, so a stricter ratio)
+        raw = max(raw_prefill_rate(today_engine, checks), raw_prefill_rate(new_engine, checks))
+        raw_rates.append(raw)
+        for name, run in (("today", lambda: run_verify("today", today_engine, today_block, checks)),
+                          ("new", lambda: run_verify("new", new_engine, new_block, checks)),
+                          ("leaders", lambda: run_leaders(new_engine, new_block, checks))):
+            fig, v = run()
+            fig["raw_prefill_tokens_per_s"] = raw
+            fig["ideal_ms_per_verdict"] = 1000 * fig["unique_prompt_tokens"] / raw / fig["verdicts"]
+            fig["cost_over_ideal"] = fig["ms_per_verdict"] / fig["ideal_ms_per_verdict"]
+            passes[name].append(fig)
+            if verdicts.setdefault(name, v) != v:
+                verdicts[name + " (rerun differs)"] = v
+    per_request = {"today": per_request_cost(today_engine, len(checks)),
+                   "new": per_request_cost(new_engine, len(checks))}
+    decode = {"today": decode_rate(today_engine), "new": decode_rate(new_engine)}
+    model_name = new_engine.model_name
+    today_engine.close()
+    new_engine.close()
+
+    raw_rate = statistics.median(raw_rates)
+    # each arm: its median pass (by time); its cost over the ideal is the median of the per-pass ratios
+    chosen = {}
+    for name, p in passes.items():
+        fig = dict(sorted(p, key=lambda f: f["seconds"])[(len(p) - 1) // 2])
+        fig["cost_over_ideal"] = statistics.median(f["cost_over_ideal"] for f in p)
+        chosen[name] = fig
+    naive["raw_prefill_tokens_per_s"] = raw_rate
+    naive["ideal_ms_per_verdict"] = 1000 * naive["unique_prompt_tokens"] / raw_rate / naive["verdicts"]
+    naive["cost_over_ideal"] = naive["ms_per_verdict"] / naive["ideal_ms_per_verdict"]
+    arms = [naive, chosen["today"], chosen["leaders"], chosen["new"]]
+    new, today = chosen["new"], chosen["today"]
+    ideal_ms = 1000 * new["unique_prompt_tokens"] / raw_rate / new["verdicts"]
+    block_ms = 1000 * (new["computed_prompt_tokens"] - new["unique_prompt_tokens"]) / raw_rate / new["verdicts"]
+    request_ms = 1000 * per_request["new"]
+    same = verdicts["today"] == verdicts["leaders"] == verdicts["new"] and not any("rerun" in k for k in verdicts)
     result = {
-        "model": engine.model_name,
+        "model": model_name,
         "checks": len(checks),
         "prompts": args.prompts,
         "responses_per_prompt": args.responses,
         "criteria_per_response": args.criteria,
-        "naive": naive,
-        "shared_prefix": shared,
-        "speedup_verdicts_per_s": shared["verdicts_per_s"] / naive["verdicts_per_s"],
-        "raw_prefill_tokens_per_s": raw_prefill_rate,
+        "repeats": args.repeats,
+        "arms": arms,
+        "all_passes": passes,
+        "raw_prefill_tokens_per_s": raw_rate,
+        "raw_prefill_tokens_per_s_per_pass": raw_rates,
+        "naive_computed_tokens_per_s": naive["computed_prompt_tokens_per_s"],
         "ideal_unique_prefill_ms_per_verdict": ideal_ms,
-        "shared_prefix_cost_over_ideal": shared["ms_per_verdict"] / ideal_ms,
+        "ratio_new_over_today_verdicts_per_s": new["verdicts_per_s"] / today["verdicts_per_s"],
+        "ratio_today_over_naive_verdicts_per_s": today["verdicts_per_s"] / naive["verdicts_per_s"],
+        "new_cost_over_ideal": new["cost_over_ideal"],
+        "today_cost_over_ideal": today["cost_over_ideal"],
+        "new_token_floor_over_unique": new["computed_prompt_tokens"] / new["unique_prompt_tokens"],
+        "new_block_granularity_ms_per_verdict": block_ms,
+        "per_request_ms": {k: 1000 * v for k, v in per_request.items()},
+        "new_explained_ms_per_verdict": ideal_ms + block_ms + request_ms,
+        "decode_output_tokens_per_s": decode,
+        "same_verdicts_today_leaders_new": same,
+        "naive_agrees_with_new": sum(a == b for a, b in zip(naive_v, verdicts["new"])) / len(checks),
+        "verdicts": verdicts,
     }
-    engine.close()
     text = json.dumps(result, indent=2)
     if args.output:
         args.output.write_text(text + "\n")
     print(text)
-    print(
-        f"\n{len(checks)} verdicts: shared-prefix {shared['verdicts_per_s']:.2f} verdicts/s vs naive "
-        f"{naive['verdicts_per_s']:.2f} -> {result['speedup_verdicts_per_s']:.1f}x; "
-        f"{shared['ms_per_verdict']:.0f} ms/verdict vs {ideal_ms:.0f} ms ideal (unique-token prefill), "
-        f"{result['shared_prefix_cost_over_ideal']:.2f}x",
-        file=sys.stderr,
-    )
+    print(f"\n{len(checks)} verdicts, {args.repeats} interleaved passes (median); raw prefill "
+          f"{raw_rate:.0f} tok/s (cold prefill of the {len(split_leaders(checks)[0])} distinct prefixes, per pass: "
+          f"{', '.join(f'{r:.0f}' for r in raw_rates)}; the naive arm computed "
+          f"{naive['computed_prompt_tokens_per_s']:.0f} tok/s); ideal {ideal_ms:.0f} ms/verdict (unique tokens at the "
+          "raw rate)\n", file=sys.stderr)
+    print(table(arms), file=sys.stderr)
+    print(f"\nnew/today: {result['ratio_new_over_today_verdicts_per_s']:.2f}x verdicts/s; today/naive "
+          f"{result['ratio_today_over_naive_verdicts_per_s']:.1f}x; new costs {new['cost_over_ideal']:.2f}x the ideal "
+          f"(today {today['cost_over_ideal']:.2f}x); its token floor (computed / unique) is "
+          f"{result['new_token_floor_over_unique']:.2f}x.\nnew = ideal {ideal_ms:.0f} + block granularity "
+          f"{block_ms:.0f} "
+          f"({new['computed_prompt_tokens'] - new['unique_prompt_tokens']:,} tokens) + per-request {request_ms:.0f} "
+          f"(1-token prompts; today's engine {1000 * per_request['today']:.0f}) = "
+          f"{result['new_explained_ms_per_verdict']:.0f} ms explained of {new['ms_per_verdict']:.0f} measured.\n"
+          f"decode (4 x 64 tokens): block {today_block} {decode['today']:.1f} tok/s, block {new_block} "
+          f"{decode['new']:.1f} tok/s.\nsame verdicts today / leaders / new: {'yes' if same else 'NO'}; naive agrees "
+          f"on {result['naive_agrees_with_new']:.0%} (differently worded questions).", file=sys.stderr)
 
 
 if __name__ == "__main__":
