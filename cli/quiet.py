@@ -20,10 +20,9 @@ environment defaults (a value the user set wins) and ``warnings`` filters for ex
   ``warnings.warn``) and torch's ``FutureWarning: `torch.distributed.reduce_op` is deprecated`` raised from
   vllm/triton_utils/dispatcher.py: ``warnings`` filters on their exact text (``WARNING_FILTERS``), also passed to
   child processes through ``PYTHONWARNINGS``;
-- Prefect's per-run INFO lines ("Task run '...' - Finished in state Completed()", "Beginning flow run", and what a
-  task prints, which Prefect's ``log_prints`` turns into INFO lines): the loggers ``prefect.task_runs`` and
-  ``prefect.flow_runs`` at WARNING (``PREFECT_LOGGING_LOGGERS_PREFECT_TASK_RUNS_LEVEL``, read by Prefect's logging
-  config), so their warnings and errors, Prefect's own messages and the flow's warnings still show. The CLI prints
+- Prefect's per-run INFO lines ("Task run '...' - Finished in state Completed()", "Beginning flow run"): a
+  ``logging`` filter on ``prefect.task_runs`` and ``prefect.flow_runs`` drops exactly those (``PREFECT_RUN_LINES``),
+  so retry notices, warnings and errors, Prefect's own messages and the flow's warnings still show. The CLI prints
   its own line per step instead (cli/progress.py).
 
 Errors are never filtered. ``apply(True)`` (``--verbose``) sets ``DR_VERBOSE=1`` (dr_core.progress.verbose) and
@@ -46,9 +45,21 @@ ENV_DEFAULTS = {
     "TRL_EXPERIMENTAL_SILENCE": "1",
     "HF_HUB_DISABLE_PROGRESS_BARS": "1",
     "HF_DATASETS_DISABLE_PROGRESS_BARS": "1",
-    "PREFECT_LOGGING_LOGGERS_PREFECT_TASK_RUNS_LEVEL": "WARNING",
-    "PREFECT_LOGGING_LOGGERS_PREFECT_FLOW_RUNS_LEVEL": "WARNING",
 }
+
+#: Prefect's per-run INFO lines the CLI replaces with its own step lines (cli/progress.py). Only these are dropped from
+#: ``prefect.task_runs`` / ``prefect.flow_runs``: a retry notice ("Task run failed with ... - Retry 1/2 will start"),
+#: every warning and every error still show.
+PREFECT_RUN_LINES = ("Finished in state", "Beginning flow run", "Beginning subflow run", "Created task run",
+                     "Executing flow", "View at ")
+
+
+class _PrefectRunLines(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.WARNING:
+            return True
+        message = record.getMessage()
+        return not any(line in message for line in PREFECT_RUN_LINES)
 
 #: (message prefix, category, module) of each third-party Python warning filtered; message and module are literal
 #: text (escaped here), the message matched from its start as ``python -W`` does.
@@ -79,6 +90,11 @@ def apply(verbose: bool = False) -> None:
         options.append(_python_warnings_option(message, category, module))
     inherited = [o for o in os.environ.get("PYTHONWARNINGS", "").split(",") if o]
     os.environ["PYTHONWARNINGS"] = ",".join(inherited + [o for o in options if o not in inherited])
+    # Prefect's logging config (disable_existing_loggers: false) keeps these loggers' filters when it configures them
+    for name in ("prefect.task_runs", "prefect.flow_runs"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _PrefectRunLines) for f in logger.filters):
+            logger.addFilter(_PrefectRunLines())
     # vLLM logs a few lines at import, before it applies VLLM_LOGGING_LEVEL to its own logger; Prefect's logging
     # config leaves this logger alone (disable_existing_loggers: false).
     try:

@@ -443,7 +443,8 @@ def _grpo_driver(store: str, engines: str, tiny: str, out: str) -> None:
     cfg = coevolve_preset(
         "tiny", round={"k": 2, "n_prompts": 3, "engines": load_engines_config(engines).model_dump()},
         policy={"num_generations": 2, "per_device_train_batch_size": 4, "max_steps": GRPO_STEPS, "save_steps": 1,
-                "max_completion_length": 8, "learning_rate": 5e-2, "seed": 1, "rubric_max_tokens": 200},
+                "max_completion_length": 8, "learning_rate": 5e-2, "seed": 1, "rubric_max_tokens": 200,
+                "rollouts": "trl"},  # the tiny random Llama's head size (16) is one vLLM-CPU cannot run
         policy_eval=None)
     result = train.train_policy.fn(cfg, prompts, base, gen, "scripted-verifier", store, "grpo", 1)
     Path(out).write_text(json.dumps(result, default=str))

@@ -236,6 +236,12 @@ warnings.warn("an unrelated warning", UserWarning)
 warnings.warn_explicit({REDUCE_OP!r}, FutureWarning, "mine.py", 1, module="mine")
 print("ENV", os.environ.get("VLLM_LOGGING_LEVEL"), os.environ.get("TORCH_CPP_LOG_LEVEL"),
       os.environ.get("DR_VERBOSE"), os.environ.get("PREFECT_LOGGING_LOGGERS_PREFECT_TASK_RUNS_LEVEL"))
+import logging
+logging.basicConfig(level=logging.INFO, format="LOG %(name)s %(message)s")
+runs = logging.getLogger("prefect.task_runs")
+runs.info("Task run 'sample-1' - Finished in state Completed()")
+runs.info("Task run failed with exception: boom - Retry 1/2 will start 0.2 second(s) from now")
+runs.warning("a warning that says Finished in state too")
 import subprocess
 subprocess.run([sys.executable, "-c", "import warnings; warnings.warn({TRL_WARNING!r}); warnings.warn('child other')"])
 """
@@ -253,7 +259,9 @@ def test_quiet_filters_exactly_the_known_warnings_also_in_child_processes():
     assert "TRL currently supports vLLM versions" not in out.stderr
     assert out.stderr.count("reduce_op") == 1 and "mine.py" in out.stderr  # only vLLM's dispatcher's is filtered
     assert "an unrelated warning" in out.stderr and "child other" in out.stderr
-    assert "ENV INFO ERROR None WARNING" in out.stdout
+    assert "ENV INFO ERROR None None" in out.stdout
+    assert "Finished in state Completed" not in out.stderr  # the CLI prints its own step line instead
+    assert "Retry 1/2 will start" in out.stderr and "a warning that says" in out.stderr  # retries, warnings stay
 
 
 def test_verbose_filters_nothing():
@@ -261,6 +269,7 @@ def test_verbose_filters_nothing():
     assert out.stderr.count("TRL currently supports vLLM versions") == 2  # this process and the child
     assert out.stderr.count("reduce_op") == 2 and "an unrelated warning" in out.stderr
     assert "ENV None None 1 None" in out.stdout
+    assert "Finished in state Completed" in out.stderr and "Retry 1/2 will start" in out.stderr
 
 
 # -- the steps table's peak_rss_mb: rows written before it existed stay readable ----------------------------------
