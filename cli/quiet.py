@@ -50,8 +50,7 @@ ENV_DEFAULTS = {
 #: Prefect's per-run INFO lines the CLI replaces with its own step lines (cli/progress.py). Only these are dropped from
 #: ``prefect.task_runs`` / ``prefect.flow_runs``: a retry notice ("Task run failed with ... - Retry 1/2 will start"),
 #: every warning and every error still show.
-PREFECT_RUN_LINES = ("Finished in state", "Beginning flow run", "Beginning subflow run", "Created task run",
-                     "Executing flow", "View at ")
+PREFECT_RUN_LINES = ("Finished in state", "Beginning flow run", "Beginning subflow run")
 
 
 class _PrefectRunLines(logging.Filter):

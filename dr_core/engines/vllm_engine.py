@@ -195,8 +195,6 @@ class VLLMEngine(Engine):
         import torch
         from vllm import SamplingParams, TokensPrompt
 
-        from dr_core import progress
-
         if len(prompts) != len(counts) or any(c < 1 for c in counts):
             raise ValueError("sample_ids needs one count >= 1 per prompt")
         params = [SamplingParams(n=c, temperature=temperature, max_tokens=max_tokens, top_p=top_p,

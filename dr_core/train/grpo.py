@@ -460,9 +460,15 @@ def _effective_beta(settings: GRPOSettings) -> float:
     model: the KL term (k3 estimator) and its gradient are 0 at that step, so beta = 0 is the same update and TRL
     then loads no reference model (its memory and its forward pass saved). Otherwise the settings' beta; the first
     step of a longer update still skips the reference forward (``dr_skip_ref_at_start``)."""
-    one_generation_per_step = (settings.steps_per_generation or settings.gradient_accumulation_steps) \
-        == settings.gradient_accumulation_steps
-    return 0.0 if settings.max_steps == 1 and one_generation_per_step else settings.beta
+    one_step = settings.max_steps == 1
+    return 0.0 if one_step and _one_generation_per_step(settings.steps_per_generation,
+                                                         settings.gradient_accumulation_steps) else settings.beta
+
+
+def _one_generation_per_step(steps_per_generation: int | None, gradient_accumulation_steps: int) -> bool:
+    """True when every completion generated is trained on within its own optimiser step (TRL generates once per
+    ``steps_per_generation`` micro-steps; None means once per step)."""
+    return (steps_per_generation or gradient_accumulation_steps) == gradient_accumulation_steps
 
 
 def _progress_callback(max_steps: int):
@@ -506,7 +512,7 @@ def _grpo_trainer_class():
             a = self.args
             return (self.dr_skip_ref_at_start and self.state.global_step == 0 and self.beta != 0.0
                     and self.num_iterations == 1
-                    and (a.steps_per_generation or a.gradient_accumulation_steps) == a.gradient_accumulation_steps)
+                    and _one_generation_per_step(a.steps_per_generation, a.gradient_accumulation_steps))
 
         def training_step(self, model, inputs, num_items_in_batch=None):
             # At the first step the policy IS the reference, so the KL term (k3 estimator) and its gradient are
