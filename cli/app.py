@@ -37,9 +37,10 @@ def project_errors() -> tuple[type[BaseException], ...]:
     from dr_core.store.sql import QueryError
     from dr_core.store.artifacts import StoreError
     from dr_core.runs.store_commands import CommandError
+    from dr_core.service.server import ServeError
 
     return (DataError, ConfigError, EngineError, ModelError, RewardModelError, QueryError, StoreError, CommandError,
-            ReportError, ValidationError, OSError)
+            ReportError, ServeError, ValidationError, OSError)
 
 
 def error_line(exc: BaseException) -> str:
@@ -311,6 +312,45 @@ def score(
     write_jsonl_atomic(output, records)
     _log(f"generation {costs['generation']}; verification {costs['verification']}")
     console.print(f"wrote {len(records)} scored sets to {output}", highlight=False)
+
+
+@app.command()
+def serve(
+    engines: Path = typer.Option(None, "--engines", "--config", help=_CONFIG_HELP + " (generator and verifier)"),
+    store: str = typer.Option(None, "--store", envvar="DR_STORE", help=_STORE_HELP),
+    host: str = typer.Option("127.0.0.1", "--host", help="address to listen on (127.0.0.1: this machine only)"),
+    port: int = typer.Option(8321, "--port", help="TCP port"),
+    token_file: Path = typer.Option(None, "--token-file", help="file whose first line is the bearer token every "
+                                    "request but /health and /ready must send (never logged)"),
+    run_id: str = typer.Option("service", "--run-id", help="run_id of the lineage rows (one service per run id)"),
+    group_size: int = typer.Option(4, "--group-size", help="/get_reward (OpenRLHF): responses per prompt in a set"),
+    group_timeout: float = typer.Option(120.0, "--group-timeout", help="seconds a group may wait for its last "
+                                        "member before every member gets 504"),
+    rubric_rollouts: int = typer.Option(1, "--rubric-rollouts", help="rubrics per set for /v1/rewards and "
+                                        "/get_reward (rewards are the mean score)"),
+    max_batch_sets: int = typer.Option(32, "--max-batch-sets", help="most sets in one engine batch"),
+    batch_wait_ms: float = typer.Option(20.0, "--batch-wait-ms", help="how long a batch waits for more sets"),
+    max_body_bytes: int = typer.Option(1_048_576, "--max-body-bytes", help="largest request body (413 above)"),
+    access_log: bool = typer.Option(False, "--access-log", help="log every request line (never headers)"),
+) -> None:
+    """Serve the evaluator over HTTP: set-level DynamicRubric rewards for any RL trainer (README "Reward service").
+
+    Routes: POST /v1/score-set, POST /v1/rewards (per sample, collected by group id), POST /get_reward (OpenRLHF
+    --remote_rm_url), GET /health, /ready, /metrics. Every scored set is written to the store under stage
+    'service'; `dr query why_reward -p request_id=...` says why a response got its reward.
+    """
+    from dr_core.config import load_engines_config
+    from dr_core.service.server import serve as run_service
+    from dr_core.service.settings import ServiceSettings
+
+    settings = ServiceSettings(run_id=run_id, group_size=group_size, group_timeout_s=group_timeout,
+                               rubric_rollouts=rubric_rollouts, max_batch_sets=max_batch_sets,
+                               batch_wait_s=batch_wait_ms / 1000.0, max_body_bytes=max_body_bytes)
+    config = load_engines_config(engines)
+    code = run_service(config, store, settings, host=host, port=port, token_file=token_file, log=_log,
+                       access_log=access_log)
+    if code:
+        raise typer.Exit(code)
 
 
 @app.command("eval-evaluator")

@@ -24,8 +24,9 @@ MAX_CRITERION_CHARS = 300
 ENGINE_ROLES = ("generator", "verifier", "policy")
 #: The roles that are trained and checkpointed (GRPO updates, the ``checkpoints`` and training tables).
 TRAINED_ROLES = ("generator", "policy")
-#: The ``stage`` of a run row (dr_core/store/schemas.py): the two updates, the measurement, the stale/fresh probe.
-STAGES = ("generator", "policy", "measure", "stale", "fresh")
+#: The ``stage`` of a run row (dr_core/store/schemas.py): the two updates, the measurement, the stale/fresh probe,
+#: and the sets scored by the reward service (``dr serve``, dr_core/service).
+STAGES = ("generator", "policy", "measure", "stale", "fresh", "service")
 #: The file written last into a finished model or checkpoint directory: without it the directory is not usable.
 COMPLETE_MARKER = ".dr-complete"
 

@@ -49,8 +49,12 @@ def generate_rubrics(
     temperature: float = 0.7,
     max_tokens: int = 512,
     structured: bool = True,
+    order_keys: Sequence[int] | None = None,
 ) -> tuple[list[list[GeneratedRubric]], StageStats]:
     """One rubric for every (item, seed), in one engine call. Returns ``rubrics[i][s]`` and the stage's cost.
+
+    order_keys: the key each item's shuffle uses in place of its index (``shuffled_order(n, seed, key)``): the
+    reward service batches unrelated requests together, and a request's order must not depend on its neighbours.
 
     structured: constrain output to ``prompts.GENERATOR_JSON_SCHEMA``; False lets the model write freely (what GRPO
     rollouts do). Either way a complete output keeps every usable item (``parse_rubric(recover=True)``).
@@ -63,7 +67,7 @@ def generate_rubrics(
     for i, item in enumerate(items):
         for seed in seeds:
             if mode == "dynamic":
-                perm = shuffled_order(len(item.candidates), seed, i)
+                perm = shuffled_order(len(item.candidates), seed, i if order_keys is None else order_keys[i])
                 convs.append(prompts.dynamic_generator_messages(item.prompt, [item.candidates[k] for k in perm]))
             else:
                 perm = ()

@@ -238,6 +238,16 @@ class Store:
             # crashed upload is never visible and readers see the old file or the new one.
             self.fs.pipe_file(path, payload)
 
+    def remove(self, uri: str) -> bool:
+        """Delete one part file of this store (a writer's uncommitted part, e.g. the reward service's sweep of a
+        batch that never wrote its commit part); False if it was not there."""
+        path = self._path(uri)
+        with self._errors(f"removing {uri}"):
+            if not self.fs.exists(path):
+                return False
+            self.fs.rm_file(path)
+            return True
+
     # -- checks before work, and S3 failures as one line ---------------------------------------------------
     @property
     def bucket(self) -> str | None:

@@ -7,8 +7,9 @@ each file, so a file read alone by URI is self-describing. Run tables are partit
 
 Conventions:
 - ``stage`` says which step of Algorithm 1 produced a row: ``generator`` (generator update), ``policy`` (policy
-  update), ``measure`` (evaluation of the current policy's sets), or ``stale`` / ``fresh`` (section 4.4: P(t-1)'s sets
-  scored by the stale G(t-1) and by the fresh G(t); ``flows/stale_fresh.py``).
+  update), ``measure`` (evaluation of the current policy's sets), ``stale`` / ``fresh`` (section 4.4: P(t-1)'s sets
+  scored by the stale G(t-1) and by the fresh G(t); ``flows/stale_fresh.py``), or ``service`` (a set scored by the
+  reward service, ``dr serve``; its ``requests`` rows say which HTTP request asked for it).
 - ``set_id`` (int64) identifies a response set within (run_id, round, stage); ``rollout`` a rubric rollout of the
   generator for that set; ``item`` a rubric item (0-based); integers because DuckDB groups and counts them far
   faster than strings.
@@ -164,6 +165,28 @@ _SPECS = [
         RUN_KEYS,
         "one row per GRPO rollout: R_disc (Eq. 13), R_anchor (Eq. 15) and advantages (Eq. 24-25); a policy-update "
         "row is one completion (rollout = step x K + index) with its Eq. 21 advantage and no R_disc / R_anchor",
+    ),
+    TableSpec(
+        "requests",
+        pa.schema([
+            *_RUN_STAGE,
+            _f("set_id", pa.int64()),
+            _f("batch", pa.string()),
+            _f("request_id", pa.string()),
+            _f("route", pa.string()),
+            _f("group_id", pa.string(), True),
+            _f("response_idx", pa.int32(), True),
+            _f("reward", pa.float64(), True),
+            _f("rubric_id", pa.string(), True),
+            _f("received_at", pa.timestamp("us", tz="UTC")),
+            _f("prompt", pa.string()),
+            _f("fingerprint", pa.string()),
+            _f("answer_json", pa.string()),
+        ]),
+        RUN_KEYS,
+        "one row per answered reward-service request (stage service): the set it was scored in, its response in "
+        "that set (NULL for a whole-set request), the reward given (NULL when unscorable) and the exact answer "
+        "sent, so a retry of the same request id is answered the same after a restart",
     ),
     TableSpec(
         "checkpoints",

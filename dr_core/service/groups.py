@@ -1,0 +1,109 @@
+"""Per-sample requests held until their group is complete (``/v1/rewards``; ``/get_reward`` groups by prompt).
+
+RL trainers send one sample per request; DynamicRubric scores a response *set*. A ``GroupCollector`` keeps each
+open group's members (by request id) and, when the last one arrives, hands the whole set to ``on_complete`` once.
+Every member waits on the group's future: all of them get the set's answers, or all get the same error.
+
+- A member sent again with the same request id joins nothing new: it waits on the same future (answered once).
+- A member whose group_size or prompt disagrees with its group's, or that reuses a request id with another
+  response, or that names a group already scored, raises ``BadRequest`` (422) and changes nothing.
+- A group still incomplete ``timeout_s`` after its first member fails with ``GroupIncomplete`` (504): never a
+  silent 0. Its members are forgotten, so a retry opens the group afresh.
+
+Runs on the event loop (asyncio, no locks): ``join`` must be called from the loop thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Callable
+
+from dr_core.service.requests import BadRequest
+from dr_core.service.scoring import Member
+
+
+class GroupIncomplete(RuntimeError):
+    """A group whose last member did not arrive in time (504)."""
+
+    def __init__(self, group_id: str, have: int, size: int, timeout_s: float):
+        super().__init__(f"group {group_id!r} has {have} of {size} members after {timeout_s:g} s "
+                         "(--group-timeout); no reward was computed for any of them")
+        self.group_id, self.have, self.size = group_id, have, size
+
+
+class TooManyGroups(RuntimeError):
+    pass
+
+
+@dataclass
+class OpenGroup:
+    group_id: str
+    size: int
+    prompt: str
+    future: asyncio.Future
+    members: dict[str, tuple[str, Member]] = field(default_factory=dict)  # request id -> (response, member)
+    timer: asyncio.TimerHandle | None = None
+
+
+class GroupCollector:
+    """``on_complete(group)`` is called once per complete group and must resolve or fail ``group.future``.
+    ``scored(group_id)`` says whether a group id was already scored (the ledger)."""
+
+    def __init__(self, on_complete: Callable[[OpenGroup], None], *, timeout_s: float, max_open: int,
+                 scored: Callable[[str], bool] = lambda _g: False, on_timeout: Callable[[OpenGroup], None] = lambda _g: None):
+        self.on_complete, self.timeout_s, self.max_open = on_complete, timeout_s, max_open
+        self.scored, self.on_timeout = scored, on_timeout
+        self.open: dict[str, OpenGroup] = {}
+        self._closing: dict[str, OpenGroup] = {}  # complete, being scored: duplicates still find their future
+
+    def join(self, group_id: str, size: int, prompt: str, response: str, member: Member) -> asyncio.Future:
+        """Add ``member`` (its ``response``) to its group; the future gives the set's answers."""
+        for pool in (self.open, self._closing):
+            g = pool.get(group_id)
+            if g is not None and member.request_id in g.members:
+                if g.members[member.request_id][1].fingerprint != member.fingerprint:
+                    raise BadRequest("request_id", f"{member.request_id!r} was already sent in group {group_id!r} "
+                                     "with a different body")
+                return g.future
+        if group_id in self._closing or self.scored(group_id):
+            raise BadRequest("group_id", f"group {group_id!r} is already complete and scored; a new group needs a "
+                             "new group_id")
+        g = self.open.get(group_id)
+        if g is None:
+            if len(self.open) >= self.max_open:
+                raise TooManyGroups(f"{self.max_open} groups are already open (--max-open-groups)")
+            loop = asyncio.get_running_loop()
+            g = OpenGroup(group_id, size, prompt, loop.create_future())
+            g.timer = loop.call_later(self.timeout_s, self._expire, group_id)
+            self.open[group_id] = g
+        else:
+            if g.size != size:
+                raise BadRequest("group_size", f"group {group_id!r} was opened with group_size {g.size}, not {size}")
+            if g.prompt != prompt:
+                raise BadRequest("prompt", f"group {group_id!r} was opened with a different prompt")
+        g.members[member.request_id] = (response, member)
+        if len(g.members) == g.size:
+            g.timer.cancel()
+            del self.open[group_id]
+            self._closing[group_id] = g
+            g.future.add_done_callback(lambda _f, gid=group_id: self._closing.pop(gid, None))
+            self.on_complete(g)
+        return g.future
+
+    def _expire(self, group_id: str) -> None:
+        g = self.open.pop(group_id, None)
+        if g is None or g.future.done():
+            return
+        g.future.set_exception(GroupIncomplete(group_id, len(g.members), g.size, self.timeout_s))
+        g.future.exception()  # retrieved: no "exception never retrieved" warning when nobody waits any more
+        self.on_timeout(g)
+
+    def close(self) -> None:
+        for g in list(self.open.values()):
+            if g.timer:
+                g.timer.cancel()
+            if not g.future.done():
+                g.future.set_exception(GroupIncomplete(g.group_id, len(g.members), g.size, 0))
+                g.future.exception()
+        self.open.clear()

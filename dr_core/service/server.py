@@ -1,0 +1,86 @@
+"""``dr serve`` without the CLI: check everything cheap first (engines file, store writable, token file, port
+free), then serve on uvicorn while the engines load in the background (``/health`` answers at once, ``/ready``
+once they are loaded). SIGINT / SIGTERM stop it after the running batch.
+
+    dr serve --engines engines.yaml --store s3://bucket/dr --host 127.0.0.1 --port 8321 --token-file token.txt
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import socket
+from pathlib import Path
+from typing import Callable
+
+from dr_core.config import EnginesConfig
+from dr_core.service.settings import ServiceSettings
+from dr_core.store.artifacts import Store
+
+Log = Callable[[str], None]
+
+
+class ServeError(ValueError):
+    """``dr serve`` cannot start as asked (the message says what to fix)."""
+
+
+def read_token(path: str | Path | None) -> str | None:
+    """The bearer token in ``path`` (its first line, stripped); ServeError if unreadable or empty. The token itself
+    never appears in a message."""
+    if path is None:
+        return None
+    p = Path(path).expanduser()
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ServeError(f"{p}: cannot read the token file ({getattr(exc, 'strerror', None) or type(exc).__name__})") \
+            from None
+    token = (text.strip().splitlines() or [""])[0].strip()
+    if not token:
+        raise ServeError(f"{p}: the token file is empty")
+    if len(token) < 16:
+        raise ServeError(f"{p}: the token is shorter than 16 characters; use a random one "
+                         "(python -c 'import secrets; print(secrets.token_urlsafe(32))')")
+    return token
+
+
+def check_port(host: str, port: int) -> None:
+    if not 0 < port < 65536:
+        raise ServeError(f"--port {port}: must be 1..65535")
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            why = "already in use" if exc.errno == errno.EADDRINUSE else (exc.strerror or str(exc))
+            raise ServeError(f"cannot listen on {host}:{port}: {why}") from None
+
+
+def serve(config: EnginesConfig, store_url: str | None, settings: ServiceSettings, *, host: str = "127.0.0.1",
+          port: int = 8321, token_file: str | Path | None = None, log: Log = print, access_log: bool = False) -> int:
+    """Run the service until stopped; returns the exit code (0 after a signal, 2 when the engines fail to start)."""
+    import uvicorn
+
+    from dr_core.engines.pool import EnginePool
+    from dr_core.service.app import Service, create_app
+
+    token = read_token(token_file)
+    store = Store.from_url(store_url).check_writable()
+    check_port(host, port)
+    pool = EnginePool(log)
+
+    def open_engines():
+        engines = pool.open_roles(config, ("generator", "verifier"))
+        return engines["generator"], engines["verifier"]
+
+    service = Service(settings, store, open_engines, token=token, log=log, close_engines=pool.close)
+    app = create_app(service)
+    uv = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=access_log,
+                        timeout_graceful_shutdown=30, lifespan="on")
+    server = uvicorn.Server(uv)
+    service.on_failure = lambda: setattr(server, "should_exit", True)
+    logging.getLogger("uvicorn.error").setLevel(logging.WARNING)
+    log(f"serving on http://{host}:{port} (store {store.url}, run id {settings.run_id!r}"
+        f"{', bearer token required' if token else ''}); loading the engines, GET /ready says when they are up")
+    server.run()
+    return 2 if service.failed else 0
