@@ -316,7 +316,10 @@ def score(
 
 @app.command()
 def serve(
-    engines: Path = typer.Option(None, "--engines", "--config", help=_CONFIG_HELP + " (generator and verifier)"),
+    engines: Path = typer.Option(None, "--engines", "--config", help="engines file (YAML/JSON; its generator and "
+                                 "verifier roles are used); default: the --preset's engines"),
+    preset: str = typer.Option("tiny", "--preset", help="whose engines serve when no --engines is given: tiny "
+                               "(SmolLM2-135M generator, Qwen2.5-Coder-0.5B verifier, on CPU) or paper"),
     store: str = typer.Option(None, "--store", envvar="DR_STORE", help=_STORE_HELP),
     host: str = typer.Option("127.0.0.1", "--host", help="address to listen on (127.0.0.1: this machine only)"),
     port: int = typer.Option(8321, "--port", help="TCP port"),
@@ -340,13 +343,16 @@ def serve(
     'service'; `dr query why_reward -p request_id=...` says why a response got its reward.
     """
     from dr_core.config import load_engines_config
+    from dr_core.presets import PRESETS
     from dr_core.service.server import serve as run_service
     from dr_core.service.settings import ServiceSettings
 
     settings = ServiceSettings(run_id=run_id, group_size=group_size, group_timeout_s=group_timeout,
                                rubric_rollouts=rubric_rollouts, max_batch_sets=max_batch_sets,
                                batch_wait_s=batch_wait_ms / 1000.0, max_body_bytes=max_body_bytes)
-    config = load_engines_config(engines)
+    if engines is None and preset not in PRESETS:
+        fail(f"--preset must be one of {', '.join(PRESETS)}, got {preset!r}")
+    config = load_engines_config(engines) if engines is not None else PRESETS[preset].engines
     code = run_service(config, store, settings, host=host, port=port, token_file=token_file, log=_log,
                        access_log=access_log)
     if code:

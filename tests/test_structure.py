@@ -22,7 +22,7 @@ PACKAGES = ("dr_core", "tasks", "flows", "cli")
 def test_top_level_layout():
     for name in ["pyproject.toml", "README.md", "flows", "tasks", "dr_core", "sql", "infra", "tests", ".ci/run", "cli"]:
         assert (ROOT / name).exists(), name
-    for sub in ["scoring", "rubric", "engines", "evaluator", "store", "train", "runs", "report", "data"]:
+    for sub in ["scoring", "rubric", "engines", "evaluator", "store", "train", "runs", "report", "data", "service"]:
         assert (ROOT / "dr_core" / sub / "__init__.py").is_file(), sub
 
 
@@ -77,6 +77,7 @@ HOMES = {
     "duckdb": "dr_core.store", "fsspec": "dr_core.store", "s3fs": "dr_core.store", "botocore": "dr_core.store",
     "jinja2": "dr_core.report", "markupsafe": "dr_core.report",
     "typer": "cli", "rich": "cli", "click": "cli",
+    "fastapi": "dr_core.service", "starlette": "dr_core.service", "uvicorn": "dr_core.service",
 }
 
 
