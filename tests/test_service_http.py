@@ -238,6 +238,8 @@ def test_openrlhf_remote_rm_shape(client, served):
     assert set(out["extra_logs"]) >= {"dr_unscorable"} and len(out["extra_logs"]["dr_unscorable"]) == 4
     samples = _store(served).read_table("samples", run_id="service", round=0).to_pylist()
     assert {s["response"] for s in samples} >= set(responses)  # the prompt prefix was removed
+    req = {r["request_id"]: r for r in _store(served).read_table("requests", run_id="service", round=0).to_pylist()}
+    assert [req[rid]["reward"] for rid in out["request_ids"]] == pytest.approx(out["rewards"])  # traceable
     bad = client.post("/get_reward", json={"query": ["a", "b"], "prompts": ["a"]})
     assert bad.status_code == 422 and bad.json()["field"] == "prompts"
 
@@ -256,9 +258,11 @@ def test_an_engine_failure_is_503_counted_and_writes_nothing(client, served, scr
 
 
 def test_metrics_are_prometheus_text(client):
+    assert client.post("/v1/score-set", json={**SET, "request_id": "for-metrics"}).status_code == 200
     text = client.get("/metrics").text
     for name in ("dr_requests_total", "dr_request_seconds_bucket", "dr_batch_sets_count", "dr_queue_depth",
-                 "dr_open_groups", "dr_unscorable_total", "dr_group_timeouts_total", "dr_engine_failures_total"):
+                 "dr_open_groups", "dr_unscorable_total", "dr_group_timeouts_total", "dr_engine_failures_total",
+                 "dr_stage_seconds_total{stage=\"verification\"}"):
         assert name in text, name
     assert '# TYPE dr_request_seconds histogram' in text
     assert 'dr_requests_total{route="/v1/score-set",status="200"}' in text
@@ -369,7 +373,7 @@ def test_killed_mid_batch_then_restarted_retries_succeed_and_no_row_is_duplicate
         assert c.post("/v1/score-set", json=body).json() == done_before  # answered by the first process
         assert c.post("/v1/score-set", json={**SET, "responses": ["A", "B"], "request_id": "during-kill"}).json() \
             == result["answer"]
-    srv.stop()
+    assert srv.stop() == 0  # SIGTERM: a clean shutdown
     assert "removed" in srv.logs() and "did not commit" in srv.logs()
     samples = store.read_table("samples", run_id="service", round=0)
     keys = Counter(zip(samples.column("set_id").to_pylist(), samples.column("response_idx").to_pylist()))

@@ -79,10 +79,28 @@ class Service:
             self.ledger.open()
             generator, verifier = self._open_engines()
             s = self.settings
+
+            def score(jobs):
+                stats: dict = {}
+                try:
+                    return score_jobs(generator, verifier, jobs, temperature=s.rubric_temperature,
+                                      max_tokens=s.rubric_max_tokens, stats=stats)
+                finally:
+                    for stage, st in stats.items():
+                        self.metrics.inc("dr_stage_seconds_total", st.seconds, stage=stage)
+                        self.metrics.inc("dr_stage_tokens_total", st.prompt_tokens, stage=stage, kind="prompt")
+                        self.metrics.inc("dr_stage_tokens_total", st.completion_tokens, stage=stage,
+                                         kind="completion")
+
+            def commit(scored):
+                started = time.perf_counter()
+                try:
+                    return self.ledger.commit(scored, generator.model_name, verifier.model_name)
+                finally:
+                    self.metrics.inc("dr_stage_seconds_total", time.perf_counter() - started, stage="store")
+
             self.batcher = Batcher(
-                lambda jobs: score_jobs(generator, verifier, jobs, temperature=s.rubric_temperature,
-                                        max_tokens=s.rubric_max_tokens),
-                lambda scored: self.ledger.commit(scored, generator.model_name, verifier.model_name),
+                score, commit,
                 max_batch_sets=s.max_batch_sets, batch_wait_s=s.batch_wait_s, max_queue_sets=s.max_queue_sets,
                 on_batch=self._on_batch,
             ).start()
@@ -201,6 +219,8 @@ class Service:
     async def openrlhf(self, body: OpenRLHFBatch) -> dict:
         self._require_ready()
         collector = self.collector_on_loop()
+        if len(self._prompt_groups) > 4 * self.settings.max_open_groups:  # forget prompts whose group has closed
+            self._prompt_groups = {p: g for p, g in self._prompt_groups.items() if g in collector.open}
         waits = []
         for prompt, response in body.pairs():
             pid = prompt_id(prompt)
@@ -225,7 +245,7 @@ class Service:
                 unscorable.append(0.0)
         return {"rewards": rewards, "scores": rewards,
                 "extra_logs": {"dr_unscorable": unscorable, "dr_set_id": [float(a["set_id"] % 2**52) for a in answers]},
-                "rubric_ids": [a["rubric_id"] for a in answers]}
+                "rubric_ids": [a["rubric_id"] for a in answers], "request_ids": [a["request_id"] for a in answers]}
 
 
 def _error(status: int, code: str, detail: str, field: str | None = None) -> JSONResponse:

@@ -9,6 +9,8 @@ library: a handful of series, thread-safe, rendered on request.
     dr_unscorable_total                 responses answered with no reward (unscorable)
     dr_group_timeouts_total             groups that timed out incomplete
     dr_engine_failures_total            batches failed by an engine (503)
+    dr_stage_seconds_total{stage}       seconds spent generating rubrics, verifying, writing the store
+    dr_stage_tokens_total{stage,kind}   prompt and completion tokens per engine stage
 """
 
 from __future__ import annotations
@@ -51,6 +53,8 @@ class Metrics:
         "dr_unscorable_total": ("counter", "Responses answered without a reward (unscorable)."),
         "dr_group_timeouts_total": ("counter", "Groups that timed out before their last member arrived."),
         "dr_engine_failures_total": ("counter", "Batches failed by an engine (answered 503)."),
+        "dr_stage_seconds_total": ("counter", "Seconds spent per stage (generation, verification, store)."),
+        "dr_stage_tokens_total": ("counter", "Prompt and completion tokens per engine stage."),
         "dr_queue_depth": ("gauge", "Sets waiting for the engines."),
         "dr_open_groups": ("gauge", "Groups still collecting members."),
     }

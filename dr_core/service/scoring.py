@@ -20,7 +20,7 @@ from typing import Sequence
 from dr_core.constants import UNSCORABLE
 from dr_core.engines.base import Engine
 from dr_core.evaluator.generate import generate_rubrics
-from dr_core.evaluator.items import EvalItem, ScoredRubric
+from dr_core.evaluator.items import EvalItem, ScoredRubric, StageStats
 from dr_core.evaluator.score import score_rubrics
 from dr_core.scoring.metrics import mean_or_none
 from dr_core.service.requests import prompt_id
@@ -79,19 +79,25 @@ class ScoredSet:
 
 
 def score_jobs(generator: Engine, verifier: Engine, jobs: Sequence[SetJob], *, temperature: float = 0.7,
-               max_tokens: int = 512) -> list[ScoredSet]:
-    """Score every job: rubrics (one generation call per distinct (rollouts, seed)), then one verification call."""
+               max_tokens: int = 512, stats: dict[str, StageStats] | None = None) -> list[ScoredSet]:
+    """Score every job: rubrics (one generation call per distinct (rollouts, seed)), then one verification call.
+    ``stats``: filled with the cost of each stage ("generation", "verification")."""
+    gen_stats = StageStats()
     items = [EvalItem(j.prompt, j.responses) for j in jobs]
     rubrics: list = [None] * len(jobs)
     by_seeds: dict[tuple[int, ...], list[int]] = {}
     for i, j in enumerate(jobs):
         by_seeds.setdefault(tuple(range(j.seed, j.seed + j.rollouts)), []).append(i)
     for seeds, idx in by_seeds.items():
-        gens, _ = generate_rubrics(generator, [items[i] for i in idx], list(seeds), temperature=temperature,
-                                   max_tokens=max_tokens, structured=True, order_keys=[0] * len(idx))
+        gens, st = generate_rubrics(generator, [items[i] for i in idx], list(seeds), temperature=temperature,
+                                    max_tokens=max_tokens, structured=True, order_keys=[0] * len(idx))
+        for k in ("requests", "prompt_tokens", "completion_tokens", "cached_tokens", "seconds"):
+            setattr(gen_stats, k, getattr(gen_stats, k) + getattr(st, k))
         for i, g in zip(idx, gens):
             rubrics[i] = g
-    results, _ = score_rubrics(verifier, items, rubrics)
+    results, ver_stats = score_rubrics(verifier, items, rubrics)
+    if stats is not None:
+        stats.update(generation=gen_stats, verification=ver_stats)
     return [ScoredSet(j, r) for j, r in zip(jobs, results)]
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import signal
 import socket
 from pathlib import Path
 from typing import Callable
@@ -58,7 +59,8 @@ def check_port(host: str, port: int) -> None:
 
 def serve(config: EnginesConfig, store_url: str | None, settings: ServiceSettings, *, host: str = "127.0.0.1",
           port: int = 8321, token_file: str | Path | None = None, log: Log = print, access_log: bool = False) -> int:
-    """Run the service until stopped; returns the exit code (0 after a signal, 2 when the engines fail to start)."""
+    """Run the service until stopped; returns the exit code: 0 after SIGINT/SIGTERM (the running batch finished,
+    the engines closed), 2 when the engines fail to start."""
     import uvicorn
 
     from dr_core.engines.pool import EnginePool
@@ -82,5 +84,12 @@ def serve(config: EnginesConfig, store_url: str | None, settings: ServiceSetting
     logging.getLogger("uvicorn.error").setLevel(logging.WARNING)
     log(f"serving on http://{host}:{port} (store {store.url}, run id {settings.run_id!r}"
         f"{', bearer token required' if token else ''}); loading the engines, GET /ready says when they are up")
-    server.run()
+    # uvicorn shuts down gracefully on SIGINT/SIGTERM, restores the handlers it found and raises the signal again:
+    # the CLI's handlers would turn that into exit 130/143 after a clean shutdown. Quiet handlers while it runs.
+    previous = {sig: signal.signal(sig, lambda *_a: None) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        server.run()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     return 2 if service.failed else 0

@@ -140,6 +140,10 @@ def read_metrics(client: httpx.Client, base: str) -> dict[str, float]:
         m = _SAMPLE.match(line.strip())
         if m and not line.startswith("#"):
             out[m.group(1)] = out.get(m.group(1), 0.0) + float(m.group(3))
+            stage = re.search(r'stage="([a-z]+)"', m.group(2) or "")
+            if stage and m.group(1) == "dr_stage_seconds_total":  # also per stage
+                key = f"{m.group(1)}:{stage.group(1)}"
+                out[key] = out.get(key, 0.0) + float(m.group(3))
     return out
 
 
@@ -148,7 +152,10 @@ def batch_delta(before: dict, after: dict) -> dict:
     batches = after.get("dr_batch_sets_count", 0.0) - before.get("dr_batch_sets_count", 0.0)
     return {"engine_batches": int(batches), "batched_sets": int(sets),
             "mean_sets_per_batch": round(sets / batches, 2) if batches else None,
-            "batches_total_delta": int(after.get("dr_batches_total", 0.0) - before.get("dr_batches_total", 0.0))}
+            "batches_total_delta": int(after.get("dr_batches_total", 0.0) - before.get("dr_batches_total", 0.0)),
+            "stage_seconds": {st: round(after.get(f"dr_stage_seconds_total:{st}", 0.0)
+                                        - before.get(f"dr_stage_seconds_total:{st}", 0.0), 2)
+                              for st in ("generation", "verification", "store")}}
 
 
 # -- clients ----------------------------------------------------------------------------------------------------
@@ -318,6 +325,10 @@ def main() -> None:
         print("| " + " | ".join(r) + " |")
     print(f"\nconcurrent / sequential: throughput x{fmt(ratios['throughput_concurrent_over_sequential'], '.2f')}, "
           f"p50 latency x{fmt(ratios['p50_latency_concurrent_over_sequential'], '.2f')}")
+    for name in ("sequential", "concurrent"):
+        st = phases[name]["stage_seconds"]
+        print(f"{name}: generation {st['generation']:.1f} s, verification {st['verification']:.1f} s, "
+              f"store {st['store']:.1f} s (inside the engine batches)")
     print(f"engine start-up {ready_s:.1f} s; total wall {total:.1f} s; server exit code {exit_code}")
     for name, p in phases.items():
         for e in p["errors"][:3]:
@@ -326,7 +337,7 @@ def main() -> None:
     result = {"benchmark": "bench_serve", "command": " ".join([Path(sys.executable).name] + sys.argv),
               "config": {"requests": n, "clients": args.clients, "responses_per_set": args.responses_per_set,
                          "max_batch_sets": args.max_batch_sets, "warmup_requests": WARMUP,
-                         "data": str(DATA.relative_to(ROOT)), "engines": "default (bundled model, vLLM CPU)",
+                         "data": str(DATA.relative_to(ROOT)), "engines": "dr serve's default (--preset tiny), vLLM CPU",
                          "omp_num_threads": env["OMP_NUM_THREADS"]},
               "server": ready, "startup_s": round(ready_s, 1), "server_exit_code": exit_code,
               "phases": phases, "ratios": ratios, "total_wall_s": round(total, 1)}
