@@ -32,9 +32,10 @@ def test_trl_grpo_trains_two_steps_on_rewards_from_dr_serve(default_model_dir, t
         tok = AutoTokenizer.from_pretrained(tiny_llama_dir)
         model = AutoModelForCausalLM.from_pretrained(tiny_llama_dir)
         before = {k: v.clone() for k, v in model.state_dict().items()}
-        rows = [{"prompt": p, "group_id": f"prompt-{i}"} for i, p in enumerate(PROMPTS[:2])] * 2
-        args = GRPOConfig(output_dir=str(tmp_path / "ckpt"), max_steps=2, num_generations=2,
-                          per_device_train_batch_size=2, gradient_accumulation_steps=1, max_completion_length=12,
+        rows = [{"prompt": p, "group_id": f"prompt-{i}"} for i, p in enumerate(PROMPTS)]
+        # 2 prompts x 4 completions a step: the reward call sends its 2 groups concurrently, as 2 whole sets
+        args = GRPOConfig(output_dir=str(tmp_path / "ckpt"), max_steps=2, num_generations=4,
+                          per_device_train_batch_size=8, gradient_accumulation_steps=1, max_completion_length=12,
                           learning_rate=1e-3, beta=0.0, logging_steps=1, save_strategy="no", report_to="none",
                           disable_tqdm=True, use_cpu=True, dataloader_pin_memory=False, seed=0)
         trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=args, train_dataset=Dataset.from_list(rows),
@@ -44,17 +45,23 @@ def test_trl_grpo_trains_two_steps_on_rewards_from_dr_serve(default_model_dir, t
             metrics = c.get("/metrics").text
     assert trainer.state.global_step == 2
     # every reward call sent whole groups and got the service's scores back
-    assert len(reward.history) == 2 and all(h["groups"] == 1 and h["completions"] == 2 for h in reward.history)
+    assert len(reward.history) == 2 and all(h["groups"] == 2 and h["completions"] == 8 for h in reward.history)
     logged = [h for h in trainer.state.log_history if "reward" in h]
     assert len(logged) == 2
     req = Store.from_url(str(store)).read_table("requests", run_id="service", round=0).to_pylist()
-    assert len(req) == 2 and {r["route"] for r in req} == {"score-set"}
-    served_scores = [s for r in req for s in json.loads(r["answer_json"])["scores"]]
-    scorable = [s for s in served_scores if s is not None]
-    if scorable:  # TRL's logged mean reward is the mean of what the service answered (None left out)
-        assert [h["reward"] for h in logged] == pytest.approx(
-            [sum(x for x in json.loads(r["answer_json"])["scores"] if x is not None)
-             / max(1, sum(x is not None for x in json.loads(r["answer_json"])["scores"])) for r in req], abs=1e-5)
-    assert 'dr_requests_total{route="/v1/score-set",status="200"} 2' in metrics
-    if any(h.get("reward_std", 0) > 0 for h in logged):
-        assert any((before[k] != v).any() for k, v in trainer.model.state_dict().items())
+    assert len(req) == 4 and {r["route"] for r in req} == {"score-set"}
+    # TRL's logged mean reward per step is the mean of what the service answered that step (None left out)
+    by_step: dict[str, list] = {}
+    for r in req:
+        by_step.setdefault(r["request_id"].split("-")[2], []).extend(json.loads(r["answer_json"])["scores"])
+    served = [[x for x in by_step[f"s{step}"] if x is not None] for step in (0, 1)]
+    for h, scores in zip(logged, served):
+        assert h["reward"] == pytest.approx(sum(scores) / len(scores), abs=1e-4) if scores else h["reward"] != h["reward"]
+    assert 'dr_requests_total{route="/v1/score-set",status="200"} 4' in metrics
+    moved = any((before[k] != v).any() for k, v in trainer.model.state_dict().items())
+    if any(h["reward_std"] > 0 for h in logged):
+        assert moved  # a group whose rewards differ gives an advantage, and the weights move
+    else:
+        # every group's rewards were equal (the random policy writes token soup the verifier judges alike): zero
+        # advantage, beta 0, so the update had no gradient and the weights must not have moved
+        assert not moved and all(h["grad_norm"] == 0 for h in logged)
