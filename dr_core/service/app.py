@@ -221,8 +221,14 @@ class Service:
         collector = self.collector_on_loop()
         if len(self._prompt_groups) > 4 * self.settings.max_open_groups:  # forget prompts whose group has closed
             self._prompt_groups = {p: g for p, g in self._prompt_groups.items() if g in collector.open}
+        pairs = body.pairs()
+        new_groups = {prompt_id(p) for p, _ in pairs} - {pid for pid, g in self._prompt_groups.items()
+                                                          if g in collector.open}
+        if len(collector.open) + len(new_groups) > self.settings.max_open_groups:  # refuse whole, join nothing
+            raise TooManyGroups(f"{len(new_groups)} new groups would pass --max-open-groups "
+                                f"({self.settings.max_open_groups}); {len(collector.open)} are open")
         waits = []
-        for prompt, response in body.pairs():
+        for prompt, response in pairs:
             pid = prompt_id(prompt)
             gid = self._prompt_groups.get(pid)
             if gid is None or gid not in collector.open:
