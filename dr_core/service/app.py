@@ -117,8 +117,6 @@ class Service:
     def stop(self) -> None:
         if self.batcher is not None:
             self.batcher.close()
-        if self.collector is not None:
-            self.collector.close()
         self._close_engines()
         self.stopped.set()
 
@@ -284,6 +282,8 @@ def create_app(service: Service) -> FastAPI:
         service.collector_on_loop()
         threading.Thread(target=service.start, name="dr-service-start", daemon=True).start()
         yield
+        if service.collector is not None:
+            service.collector.close()  # on the loop: waiting members get group_incomplete
         await asyncio.get_running_loop().run_in_executor(None, service.stop)
 
     app = FastAPI(title="dynamicrubric reward service", lifespan=lifespan, docs_url=None, redoc_url=None,
