@@ -215,3 +215,15 @@ def test_client_groups_and_texts():
     assert clients._fill([None, None])[0] == {"score": 0.0, "dr_unscorable": 1.0}
     with pytest.raises(ValueError, match="group_size"):
         clients.DynamicRubricReward("http://127.0.0.1:1", mode="members")
+
+
+def test_the_clients_load_only_httpx():
+    """A trainer machine needs httpx and clients.py only: importing it loads no other part of the project."""
+    import subprocess
+    import sys
+
+    code = ("import sys, dr_core.service.clients\n"
+            "print(' '.join(sorted({m.split('.')[0] for m in sys.modules} | {m for m in sys.modules if m.startswith('dr_core')})))")
+    loaded = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split())
+    assert {m for m in loaded if m.startswith("dr_core.")} == {"dr_core.service", "dr_core.service.clients"}
+    assert not loaded & {"torch", "trl", "vllm", "pydantic", "numpy", "fastapi", "pyarrow"}

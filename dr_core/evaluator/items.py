@@ -45,6 +45,11 @@ class StageStats:
         self.cached_tokens += sum(c.cached_tokens or 0 for c in completions)
         self.seconds += seconds
 
+    def merge(self, other: "StageStats") -> None:
+        """Add another stage's cost to this one (several engine calls of one stage)."""
+        for k, v in asdict(other).items():
+            setattr(self, k, getattr(self, k) + v)
+
     def as_dict(self) -> dict:
         return asdict(self)
 

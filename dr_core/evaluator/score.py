@@ -61,6 +61,25 @@ def score_rubrics(
     return results, stats
 
 
+def rubric_record(r: ScoredRubric) -> dict:
+    """One scored rubric as JSON-ready data (``dr score``'s records, the reward service's answers): the generation
+    (seed, order shown, items, raw text, error), the verdict matrix, Eq. 12 scores, R_disc, what was unscorable."""
+    g = r.generation
+    return {
+        "seed": g.seed,
+        "shown_order": list(g.permutation),
+        "rubric": [{"criterion": c, "weight": w} for c, w in zip(g.rubric.criteria, g.rubric.weights)]
+        if g.rubric else None,
+        "rubric_text": g.text,
+        "rubric_error": g.error,
+        "rubric_items_dropped": g.dropped,
+        "verdicts": r.verdicts,
+        "scores": r.scores,
+        "r_disc": r.r_disc,
+        "unscorable": r.unscorable,
+    }
+
+
 def evaluate_sets(
     generator: Engine,
     verifier: Engine,

@@ -23,7 +23,7 @@ from dr_core.config import EnginesConfig
 from dr_core.datasets import load
 from dr_core.engines.pool import EnginePool
 from dr_core.evaluator.items import EvalItem, Mode, SetEvaluation
-from dr_core.evaluator.score import evaluate_sets
+from dr_core.evaluator.score import evaluate_sets, rubric_record
 from dr_core.scoring.metrics import evaluator_metrics, mean_or_none
 from dr_core.constants import UNSCORABLE
 
@@ -126,26 +126,7 @@ def set_records(rows: Sequence, evaluation: SetEvaluation) -> list[dict]:
     """One JSON-ready record per input set: every seed's rubric, verdict matrix, scores, R_disc, unscorable parts."""
     records = []
     for row, results in zip(rows, evaluation.results):
-        seeds = []
-        for r in results:
-            g = r.generation
-            seeds.append(
-                {
-                    "seed": g.seed,
-                    "shown_order": list(g.permutation),
-                    "rubric": (
-                        [{"criterion": c, "weight": w} for c, w in zip(g.rubric.criteria, g.rubric.weights)]
-                        if g.rubric else None
-                    ),
-                    "rubric_text": g.text,
-                    "rubric_error": g.error,
-                    "rubric_items_dropped": g.dropped,
-                    "verdicts": r.verdicts,
-                    "scores": r.scores,
-                    "r_disc": r.r_disc,
-                    "unscorable": r.unscorable,
-                }
-            )
+        seeds = [rubric_record(r) for r in results]
         per_response = [
             [r.scores[k] for r in results if r.scores is not None and r.scores[k] is not UNSCORABLE]
             for k in range(len(row.responses))

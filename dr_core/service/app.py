@@ -38,6 +38,7 @@ from dr_core.service.groups import GroupCollector, GroupIncomplete, OpenGroup, T
 from dr_core.service.ledger import Ledger
 from dr_core.service.metrics import Metrics
 from dr_core.service.requests import BadRequest, OpenRLHFBatch, RewardMember, ScoreSet, fingerprint, parse, prompt_id
+from dr_core.service.clients import fill_unscorable
 from dr_core.service.scoring import Member, SetJob, score_jobs
 from dr_core.service.settings import ServiceSettings
 from dr_core.store.artifacts import Store
@@ -236,17 +237,15 @@ class Service:
             waits.append((rid, collector.join(gid, self.settings.group_size, prompt, response, member)))
         results = await asyncio.gather(*(asyncio.shield(f) for _, f in waits))
         answers = [res[rid] for (rid, _), res in zip(waits, results)]
-        rewards, unscorable = [], []
-        for a in answers:
-            if a["reward"] is None:
-                # OpenRLHF needs a number: the mean reward of the set's scorable members (zero advantage after
-                # group normalisation), 0.0 when none is; the member is flagged in extra_logs, never hidden.
-                mates = [b["reward"] for b in answers if b["set_id"] == a["set_id"] and b["reward"] is not None]
-                rewards.append(sum(mates) / len(mates) if mates else 0.0)
-                unscorable.append(1.0)
-            else:
-                rewards.append(a["reward"])
-                unscorable.append(0.0)
+        rewards: list[float] = [0.0] * len(answers)
+        unscorable: list[float] = [0.0] * len(answers)
+        by_set: dict[int, list[int]] = {}
+        for i, a in enumerate(answers):
+            by_set.setdefault(a["set_id"], []).append(i)
+        for idx in by_set.values():  # OpenRLHF needs a number: unscorable gets its set's mean, and is flagged
+            filled, flags = fill_unscorable([answers[i]["reward"] for i in idx])
+            for i, f, u in zip(idx, filled, flags):
+                rewards[i], unscorable[i] = f, u
         return {"rewards": rewards, "scores": rewards,
                 "extra_logs": {"dr_unscorable": unscorable, "dr_set_id": [float(a["set_id"] % 2**52) for a in answers]},
                 "rubric_ids": [a["rubric_id"] for a in answers], "request_ids": [a["request_id"] for a in answers]}

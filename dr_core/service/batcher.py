@@ -15,6 +15,7 @@ import time
 from concurrent.futures import Future
 from typing import Callable, Sequence
 
+from dr_core.engines.base import EngineError
 from dr_core.faults import fault_point
 from dr_core.service.scoring import SetJob
 
@@ -104,7 +105,7 @@ class Batcher:
                 fault_point("serve-batch")
                 answered = self._commit(scored)
             except Exception as exc:  # engine, store or bug: the whole batch fails, nothing is answered
-                reason = "engine_failure" if _is_engine_error(exc) else "batch_failure"
+                reason = "engine_failure" if isinstance(exc, EngineError) else "batch_failure"
                 err = Unavailable(reason, f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:300]}")
                 self._on_batch(len(jobs), time.perf_counter() - started, reason)
                 for _, fut in batch:
@@ -116,8 +117,3 @@ class Batcher:
             finally:
                 self.busy = False
 
-
-def _is_engine_error(exc: BaseException) -> bool:
-    from dr_core.engines.base import EngineError
-
-    return isinstance(exc, EngineError)

@@ -207,10 +207,18 @@ def _verl_prompt(extra_info: dict | None, solution_str: str) -> str:
     return prompt
 
 
-def _fill(rewards: list[float | None]) -> list[dict]:
+def fill_unscorable(rewards: Sequence[float | None]) -> tuple[list[float], list[float]]:
+    """For trainers that need a number for every member (OpenRLHF, verl): an unscorable reward becomes its set's
+    mean scorable reward (no advantage after group normalisation; 0.0 when none is scorable). Returns the filled
+    rewards and a 1.0/0.0 unscorable flag per member, so the fill is never hidden."""
     mates = [r for r in rewards if r is not None]
     fill = sum(mates) / len(mates) if mates else 0.0
-    return [{"score": fill if r is None else r, "dr_unscorable": float(r is None)} for r in rewards]
+    return [fill if r is None else r for r in rewards], [float(r is None) for r in rewards]
+
+
+def _fill(rewards: list[float | None]) -> list[dict]:
+    filled, flags = fill_unscorable(rewards)
+    return [{"score": f, "dr_unscorable": u} for f, u in zip(filled, flags)]
 
 
 def compute_score_batch(data_sources, solution_strs, ground_truths, extra_infos, **_kwargs) -> list[dict]:

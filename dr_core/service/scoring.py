@@ -13,6 +13,7 @@ Pure apart from the engine calls.
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Sequence
@@ -21,7 +22,7 @@ from dr_core.constants import UNSCORABLE
 from dr_core.engines.base import Engine
 from dr_core.evaluator.generate import generate_rubrics
 from dr_core.evaluator.items import EvalItem, ScoredRubric, StageStats
-from dr_core.evaluator.score import score_rubrics
+from dr_core.evaluator.score import rubric_record, score_rubrics
 from dr_core.scoring.metrics import mean_or_none
 from dr_core.service.requests import prompt_id
 
@@ -91,8 +92,7 @@ def score_jobs(generator: Engine, verifier: Engine, jobs: Sequence[SetJob], *, t
     for seeds, idx in by_seeds.items():
         gens, st = generate_rubrics(generator, [items[i] for i in idx], list(seeds), temperature=temperature,
                                     max_tokens=max_tokens, structured=True, order_keys=[0] * len(idx))
-        for k in ("requests", "prompt_tokens", "completion_tokens", "cached_tokens", "seconds"):
-            setattr(gen_stats, k, getattr(gen_stats, k) + getattr(st, k))
+        gen_stats.merge(st)
         for i, g in zip(idx, gens):
             rubrics[i] = g
     results, ver_stats = score_rubrics(verifier, items, rubrics)
@@ -106,27 +106,13 @@ def rubric_id(run_id: str, set_id: int) -> str:
     return f"{run_id}:{set_id}"
 
 
-def _rubric_json(r: ScoredRubric, rollout: int) -> dict:
-    g = r.generation
-    return {
-        "rollout": rollout,
-        "rubric": [{"criterion": c, "weight": w} for c, w in zip(g.rubric.criteria, g.rubric.weights)]
-        if g.rubric else None,
-        "rubric_error": g.error,
-        "verdicts": r.verdicts,
-        "scores": r.scores,
-        "r_disc": r.r_disc,
-        "unscorable": r.unscorable,
-    }
-
-
 def set_answer(run_id: str, s: ScoredSet, request_id: str) -> dict:
     """The ``/v1/score-set`` answer: every rubric with its verdict matrix, Eq. 12 scores and R_disc."""
     return {
         "request_id": request_id,
         "set_id": s.job.set_id,
         "rubric_id": rubric_id(run_id, s.job.set_id),
-        "rubrics": [_rubric_json(r, i) for i, r in enumerate(s.rubrics)],
+        "rubrics": [{"rollout": i, **rubric_record(r)} for i, r in enumerate(s.rubrics)],
         "scores": s.mean_scores,
         "r_disc": mean_or_none([r.r_disc for r in s.rubrics if r.r_disc is not UNSCORABLE]),
         "unscorable": s.unscorable(),
@@ -190,8 +176,6 @@ def lineage_rows(run_id: str, scored: Sequence[ScoredSet], generator: str, verif
 
 def request_rows(run_id: str, batch: str, scored: Sequence[ScoredSet], answered: dict[str, dict]) -> list[dict]:
     """One ``requests`` row per member: the commit record of the batch (written last)."""
-    import json
-
     rows = []
     for s in scored:
         for m in s.job.members:
