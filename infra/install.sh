@@ -18,6 +18,7 @@ if [ ! -x "$venv/bin/python" ]; then
   echo "[install] creating virtual environment $venv"
   "$python" -m venv "$venv"
 fi
+bash "$root/infra/k8s/install-worker.sh"  # the Kubernetes worker's own environment (.venv-worker, own stamp)
 stamp="$venv/.dr-install-stamp"
 want="$(cat "$req" "$root/pyproject.toml" | sha256sum | cut -d' ' -f1)"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
