@@ -16,7 +16,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dr_core.config import EngineConfig, EnginesConfig
-from dr_core.train.settings import GRPOSettings
+from dr_core.train.settings import GRPOSettings, LaunchSettings
 
 
 class RoleResources(BaseModel):
@@ -179,6 +179,11 @@ class CoevolveConfig(BaseModel):
     round: RoundConfig = Field(default_factory=RoundConfig, description="Data sizes, lengths, engines (per round).")
     generator: GRPOSettings = Field(description="GRPO settings of the generator update G(t-1) -> G(t).")
     policy: GRPOSettings = Field(description="GRPO settings of the policy update P(t-1) -> P(t).")
+    launch: LaunchSettings = Field(
+        default_factory=LaunchSettings,
+        description="Where both updates train: in this process (default), or `accelerate launch` on N processes "
+        "of one machine or M machines (dr_core/train/settings.py LaunchSettings, dr_core/train/multi.py).",
+    )
     rounds: int = Field(1, ge=1, description="T: co-evolution rounds.")
     measure_start: bool = Field(True, description="Also measure P(0) with G(0) as round 0 (the 'before' numbers).")
     policy_eval: PolicyEvalConfig | None = Field(

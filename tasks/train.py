@@ -11,6 +11,12 @@ round does no training, and a failed training resumes from TRL's last checkpoint
 (``<cache>/train/<role>/<content key>``) when Prefect retries it or the user re-runs. Once the new checkpoint is in
 the store and registered, the scratch directory is deleted (it holds another copy of the model) unless the role's
 ``keep_resume_checkpoints`` is set.
+
+Where the update runs is ``cfg.launch`` (``dr_core.train.settings.LaunchSettings``): by default in this process,
+with the rewards' engines from the pool; with an accelerate config (N processes, M machines) as
+``accelerate launch`` of ``dr_core.train.launch`` (``dr_core.train.multi.launch_train``), every rank building its
+engines from the same configs. Both hand the same rollout records to the same sink, so the stored tables and the
+returned checkpoint reference have the same shape.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from dr_core.runs import round_steps
 from dr_core.scoring import signals
 from dr_core.train import records
 from dr_core.config import DEFAULT_MODEL, EngineConfig
+from dr_core.train import multi
 from dr_core.train.grpo import train_generator as grpo_train_generator
 from dr_core.train.grpo import train_policy as grpo_train_policy
 from dr_core.paths import cache_dir
@@ -71,6 +78,23 @@ def _scratch(role: str, inputs: dict) -> Path:
     """TRL's working directory for one update, named by the update's content key: the same inputs resume there after
     a crash; any other inputs (another store, config or parent) never reuse its checkpoints."""
     return cache_dir() / "train" / role / content_key(f"train-{role}", inputs, __name__)[:20]
+
+
+def _update(cfg: CoevolveConfig, role: str, base_dir: Path, rows, scratch: Path, sink: records.RolloutSink,
+            verifier: EngineConfig, generator: EngineConfig | None = None):
+    """Train in this process with the pool's engines, or launch the ranks (``cfg.launch``), which build their own:
+    this process then frees its engines for them."""
+    settings = cfg.generator if role == "generator" else cfg.policy
+    if not cfg.launch.in_process:
+        keep_engines()
+        return multi.launch_train(role, base_dir, rows, settings, scratch, cfg.launch, verifier=verifier,
+                                  generator=generator, on_rollouts=sink)
+    if role == "generator":
+        keep_engines(verifier)  # the rewards' verifier; the trainer needs the memory of the rest
+        return grpo_train_generator(base_dir, rows, engine_for(verifier), settings, scratch, on_rollouts=sink)
+    keep_engines(generator, verifier)  # the rewards' G(t) and verifier
+    return grpo_train_policy(base_dir, rows, engine_for(generator), engine_for(verifier), settings, scratch,
+                             on_rollouts=sink)
 
 
 def _rollouts(sink: records.RolloutSink, scratch: Path) -> records.RolloutSink:
@@ -120,9 +144,7 @@ def train_generator(cfg: CoevolveConfig, prompts: dict, samples: dict, anchors: 
                                anchor_ranks=records.anchor_ranks(p, c, a))
     scratch = _scratch("generator", dict(cfg=cfg, prompts=prompts, samples=samples, anchors=anchors, base=base,
                                          verifier=verifier_model))
-    keep_engines(cfg.round.engines.verifier)  # the rewards' verifier; the trainer needs the memory of the rest
-    result = grpo_train_generator(local_dir(s, base), rows, engine_for(cfg.round.engines.verifier), cfg.generator,
-                                  scratch, on_rollouts=sink)
+    result = _update(cfg, "generator", local_dir(s, base), rows, scratch, sink, cfg.round.engines.verifier)
     return_freed_memory()  # the trainer's tensors are freed: give their pages back before the next step
     sink = _rollouts(sink, scratch)
     return _finish(s, result, "generator", base, run_id, round_no, sink.generator_tables(),
@@ -141,9 +163,7 @@ def train_policy(cfg: CoevolveConfig, prompts: dict, base: dict, generator: dict
                                generator=generator["fingerprint"])
     scratch = _scratch("policy", dict(cfg=cfg, prompts=prompts, base=base, generator=generator,
                                       verifier=verifier_model))
-    keep_engines(gen_cfg, cfg.round.engines.verifier)  # the rewards' G(t) and verifier
-    result = grpo_train_policy(local_dir(s, base), rows, engine_for(gen_cfg), engine_for(cfg.round.engines.verifier),
-                               cfg.policy, scratch, on_rollouts=sink)
+    result = _update(cfg, "policy", local_dir(s, base), rows, scratch, sink, cfg.round.engines.verifier, gen_cfg)
     return_freed_memory()
     sink = _rollouts(sink, scratch)
     return _finish(s, result, "policy", base, run_id, round_no, sink.policy_tables(),

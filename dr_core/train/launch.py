@@ -12,6 +12,12 @@ point at one shared vLLM server instead of an in-process vLLM per rank. Rollout 
 
 Keep per_device_train_batch_size a multiple of num_generations: each process must score whole groups.
 On CPU (tests) DeepSpeed needs ``TORCH_EXTENSIONS_DIR`` set (it compiles a C++ op once; see ``extensions_dir``).
+
+The training task does not call this by hand: with ``CoevolveConfig.launch`` asking for more than one process
+(``dr_core.train.settings.LaunchSettings``), ``dr_core.train.multi`` writes these input files, runs the command
+above and reads the result and every rank's records back. With ``DR_PROGRESS_LINES=1`` (set by that launcher) rank
+0 also prints its progress (``dr_core.progress``: the GRPO steps) as ``DR-PROGRESS {json}`` lines, which the
+launcher turns back into its own progress.
 """
 
 from __future__ import annotations
@@ -37,6 +43,25 @@ def extensions_dir() -> Path:
     return path
 
 
+#: The rollout records of rank R of a launched update: ``OUT/rollouts.rank<R>.jsonl``.
+ROLLOUTS_PATTERN = "rollouts.rank{rank}.jsonl"
+#: Set to 1 in a rank's environment: rank 0 prints its progress as ``PROGRESS_PREFIX`` + JSON lines.
+PROGRESS_ENV = "DR_PROGRESS_LINES"
+PROGRESS_PREFIX = "DR-PROGRESS "
+
+
+def rollouts_path(out: str | Path, rank: int | str) -> Path:
+    return Path(out) / ROLLOUTS_PATTERN.format(rank=rank)
+
+
+def dump_rows(rows, path: str | Path) -> Path:
+    """Write ``GeneratorRow`` / ``PolicyRow`` s as the JSON lines ``load_rows`` reads."""
+    from dataclasses import asdict
+
+    Path(path).write_text("".join(json.dumps(asdict(r)) + "\n" for r in rows), encoding="utf-8")
+    return Path(path)
+
+
 def load_rows(path: str | Path, role: str) -> list[GeneratorRow] | list[PolicyRow]:
     rows = []
     for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
@@ -59,7 +84,7 @@ def run(role: str, base: str, rows, settings: GRPOSettings, out: str | Path, gen
     written to ``out/rollouts.rank<R>.jsonl``."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    records_path = out / f"rollouts.rank{os.environ.get('RANK', '0')}.jsonl"
+    records_path = rollouts_path(out, os.environ.get("RANK", "0"))
     records_path.unlink(missing_ok=True)  # the update hands over every record of the run, resumed parts included
 
     def write(records: list[dict]) -> None:
@@ -71,6 +96,28 @@ def run(role: str, base: str, rows, settings: GRPOSettings, out: str | Path, gen
     if generator is None:
         raise ValueError("the policy update needs a generator engine (G(t))")
     return train_policy(base, rows, generator, verifier, settings, out, on_rollouts=write)
+
+
+class LineSink:
+    """A ``dr_core.progress`` sink that prints every event as one ``DR-PROGRESS {json}`` line on stdout (flushed),
+    for the process that launched this one (``dr_core.train.multi.ProgressMirror`` reads them)."""
+
+    def __init__(self, stream=None):
+        self.stream = stream
+
+    def _emit(self, event: dict) -> None:
+        stream = self.stream or sys.stdout
+        stream.write(PROGRESS_PREFIX + json.dumps(event) + "\n")
+        stream.flush()
+
+    def start(self, key: int, label: str, total: int | None, unit: str) -> None:
+        self._emit({"event": "start", "key": key, "label": label, "total": total, "unit": unit})
+
+    def advance(self, key: int, n: int) -> None:
+        self._emit({"event": "advance", "key": key, "n": n})
+
+    def stop(self, key: int) -> None:
+        self._emit({"event": "stop", "key": key})
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -88,6 +135,10 @@ def main(argv: Sequence[str] | None = None, engines: tuple[Engine | None, Engine
     """CLI body. ``engines`` (generator, verifier) replaces ``--engines`` (tests pass fakes)."""
     args = parse_args(argv)
     os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(extensions_dir()))
+    if os.environ.get(PROGRESS_ENV) == "1" and os.environ.get("RANK", "0") == "0":
+        from dr_core import progress
+
+        progress.set_sink(LineSink())
     settings = GRPOSettings(**json.loads(Path(args.settings).read_text(encoding="utf-8")))
     rows = load_rows(args.rows, args.role)
     if engines is None:
