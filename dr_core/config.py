@@ -13,6 +13,10 @@ A YAML or JSON file feeds ``load_engines_config`` (the CLI's ``--config``)::
       model: Qwen/Qwen2.5-7B-Instruct   # the served model name
       base_url: http://127.0.0.1:8000/v1
       api_key_env: VERIFIER_API_KEY     # or api_key: ...; or http://user:password@host/v1 (basic auth)
+    policy:
+      kind: openai_http
+      model: default                    # every endpoint must serve the same one model
+      base_url: [http://10.0.0.5:8000/v1, http://10.0.0.6:8000/v1]   # replicas: balanced, failed over
 
 Secrets (``api_key``, ``basic_auth``) are ``pydantic.SecretStr``: the real value stays in the config object (which
 the CLI, the flows and the tasks pass in-process) and is read only by the HTTP engine (``get_secret_value``). A repr,
@@ -146,11 +150,15 @@ class EngineConfig(BaseModel):
     data_parallel_size: int = Field(
         1, ge=1, description="vllm (CUDA build): engine replicas that split the requests (data parallelism)."
     )
-    base_url: str | None = Field(
+    base_url: str | tuple[str, ...] | None = Field(
         None,
-        description="openai_http only: the server's API root, e.g. http://127.0.0.1:8000/v1. Credentials written "
-        "into it (http://user:password@host/v1) are moved into basic_auth when the config is built: the URL that "
-        "is kept, shown and recorded has none.",
+        description="openai_http only: the server's API root, e.g. http://127.0.0.1:8000/v1, or a list of them: "
+        "replicas serving the same model, between which requests are balanced by least outstanding requests, an "
+        "unreachable one being marked down and its requests moved to the others (dr_core/engines/openai_http.py). "
+        "A list of one is that one string; a URL listed twice is refused. Credentials written into a URL "
+        "(http://user:password@host/v1) are moved into basic_auth when the config is built, so the URLs that are "
+        "kept, shown and recorded have none; in a list every URL must carry the same ones, or none. Read it "
+        "through base_urls (always a tuple).",
     )
     api_key: SecretStr | None = Field(
         None,
@@ -192,7 +200,16 @@ class EngineConfig(BaseModel):
         1.0, ge=0, description="openai_http only: first pause between attempts, seconds; doubled after each retry."
     )
     concurrency: int = Field(
-        16, ge=1, description="openai_http only: requests in flight at once (the server batches them)."
+        16,
+        ge=1,
+        description="openai_http only: requests in flight at once per endpoint (the server batches them); with a "
+        "base_url list, up to concurrency x endpoints in all.",
+    )
+    endpoint_cooldown_s: float = Field(
+        30.0,
+        gt=0,
+        description="openai_http with a base_url list: seconds an endpoint marked down (connection refused or "
+        "reset) is left alone before one request probes it again, so a restarted replica comes back.",
     )
     verdict_mode: VerdictMode = Field(
         "choice",
@@ -225,14 +242,47 @@ class EngineConfig(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _url_credentials(cls, data):
-        """Move ``user:password@`` out of base_url into basic_auth (so no URL the config shows carries them)."""
-        if isinstance(data, dict) and isinstance(data.get("base_url"), str):
-            url, userinfo = split_url_credentials(data["base_url"])
+        """Move ``user:password@`` out of base_url into basic_auth (so no URL the config shows carries them); a
+        list of one URL becomes that URL, and the URLs of a list must carry the same credentials or none."""
+        if not isinstance(data, dict):
+            return data
+        urls = data.get("base_url")
+        if isinstance(urls, (list, tuple)) and all(isinstance(u, str) for u in urls):
+            if not urls:
+                raise ValueError("base_url is an empty list: give one URL or a list of them")
+            if len(urls) == 1:
+                urls = urls[0]
+            else:
+                split = [split_url_credentials(u) for u in urls]
+                userinfos = {info for _, info in split}
+                if len(userinfos) > 1:  # name the URLs by position: never echo a credential
+                    with_creds = [f"base_url[{i}]" for i, (_, info) in enumerate(split) if info is not None]
+                    what = "different user:password@ in the URLs" if None not in userinfos else \
+                        f"user:password@ in {', '.join(with_creds)} but not in the other URLs"
+                    raise ValueError(f"base_url: {what}: one engine sends one set of credentials; write the same "
+                                     "user:password@ in every URL, or none and give basic_auth once")
+                (userinfo,) = userinfos
+                data = {**data, "base_url": tuple(url for url, _ in split)}
+                if userinfo is not None:
+                    if data.get("basic_auth") is not None:
+                        raise ValueError("credentials given twice: in base_url (user:password@) and in basic_auth")
+                    data["basic_auth"] = userinfo
+                return data
+        if isinstance(urls, str):
+            url, userinfo = split_url_credentials(urls)
+            data = {**data, "base_url": url}
             if userinfo is not None:
                 if data.get("basic_auth") is not None:
                     raise ValueError("credentials given twice: in base_url (user:password@) and in basic_auth")
-                data = {**data, "base_url": url, "basic_auth": userinfo}
+                data["basic_auth"] = userinfo
         return data
+
+    @property
+    def base_urls(self) -> tuple[str, ...]:
+        """The endpoints, in the order given: ``()`` without a base_url, one for a single URL."""
+        if self.base_url is None:
+            return ()
+        return (self.base_url,) if isinstance(self.base_url, str) else tuple(self.base_url)
 
     @field_validator("api_key")
     @classmethod
@@ -251,8 +301,13 @@ class EngineConfig(BaseModel):
         if self.kind == "openai_http":
             if not self.base_url:
                 raise ValueError("kind 'openai_http' needs base_url, e.g. http://127.0.0.1:8000/v1")
-            if not self.base_url.startswith(("http://", "https://")):
-                raise ValueError(f"base_url {redact_url(self.base_url)!r} must start with http:// or https://")
+            seen: set[str] = set()
+            for url in self.base_urls:
+                if not url.startswith(("http://", "https://")):
+                    raise ValueError(f"base_url {redact_url(url)!r} must start with http:// or https://")
+                if url.rstrip("/") in seen:
+                    raise ValueError(f"base_url lists {redact_url(url)!r} twice: give each endpoint once")
+                seen.add(url.rstrip("/"))
             if self.api_key is not None and self.api_key_env:
                 raise ValueError("give api_key or api_key_env, not both")
             if self.basic_auth is not None and (self.api_key is not None or self.api_key_env):

@@ -68,9 +68,16 @@ def _dir_fingerprint(path: str) -> str:
 
 def model_id(cfg: EngineConfig) -> str:
     """A model's identity for artifacts and cache keys: a bundled checkpoint by the GGUF hash it came from, a
-    local checkpoint by a hash of its files, a served model by URL (never its credentials) and name."""
+    local checkpoint by a hash of its files, a served model by URL (never its credentials) and name.
+
+    A list of endpoints is identified by all its URLs, sorted and joined by ","
+    (``http://a/v1,http://b/v1#name``): the order of the list changes nothing, while adding, removing or swapping a
+    replica gives a new identity, so results of one set of servers are never reused for another that may serve a
+    different model (the name is often 'default': whatever each server serves). The price is a cache miss when a
+    replica of the same model is added; the step's engine config changes then too, and that is in its cache key
+    anyway. One URL keeps its identity of before."""
     if cfg.kind == "openai_http":
-        return f"{redact_url(cfg.base_url)}#{cfg.model}"
+        return f"{','.join(sorted(redact_url(u) for u in cfg.base_urls))}#{cfg.model}"
     if is_bundled(cfg.model):
         return model_identity(cfg.model)
     return f"{Path(cfg.model).name}@{_dir_fingerprint(str(Path(cfg.model).expanduser().resolve()))}"

@@ -14,6 +14,7 @@ from typing import Sequence
 
 from dr_core.constants import UNSCORABLE
 from dr_core.engines.base import Engine
+from dr_core.evaluator.endpoints import endpoint_counts, endpoint_delta
 from dr_core.evaluator.items import EvalItem, GeneratedRubric, Mode, StageStats, DONE_REASONS
 from dr_core.rubric import prompts
 from dr_core.rubric.schema import Rubric, RubricError, parse_rubric
@@ -58,6 +59,9 @@ def generate_rubrics(
 
     structured: constrain output to ``prompts.GENERATOR_JSON_SCHEMA``; False lets the model write freely (what GRPO
     rollouts do). Either way a complete output keeps every usable item (``parse_rubric(recover=True)``).
+
+    The stats of an engine with endpoints (``endpoint_stats``) carry what its endpoints did during the call:
+    ``endpoints``, ``endpoints_down``, ``requests_moved`` (dr_core/evaluator/endpoints.py).
     """
     if mode not in ("dynamic", "static"):
         raise ValueError(f"mode must be 'dynamic' or 'static', got {mode!r}")
@@ -76,6 +80,7 @@ def generate_rubrics(
     stats = StageStats()
     if not convs:
         return [[] for _ in items], stats
+    before = endpoint_counts(engine)
     start = time.perf_counter()
     outs = engine.chat(
         convs,
@@ -86,6 +91,7 @@ def generate_rubrics(
         seed=seeds[0],
     )
     stats.add(outs, time.perf_counter() - start)
+    stats.add_endpoints(endpoint_delta(before, endpoint_counts(engine)))
     result: list[list[GeneratedRubric]] = [[] for _ in items]
     for (i, seed, perm), out in zip(keys, outs):
         rubric, error = _parse(out.texts[0], out.finish_reasons[0], structured)

@@ -37,6 +37,8 @@ class StageStats:
     completion_tokens: int = 0
     cached_tokens: int = 0
     seconds: float = 0.0
+    #: per endpoint URL of an engine with several (dr_core/evaluator/endpoints.py): what the stage's calls did there
+    endpoints: dict = field(default_factory=dict)
 
     def add(self, completions: Sequence[Completion], seconds: float) -> None:
         self.requests += len(completions)
@@ -45,13 +47,30 @@ class StageStats:
         self.cached_tokens += sum(c.cached_tokens or 0 for c in completions)
         self.seconds += seconds
 
+    def add_endpoints(self, delta: dict[str, dict]) -> None:
+        """Add one call's endpoint counts (``endpoints.endpoint_delta``; ``down`` is the later state)."""
+        for url, counts in delta.items():
+            mine = self.endpoints.setdefault(url, {})
+            for k, v in counts.items():
+                mine[k] = v if isinstance(v, bool) else mine.get(k, 0) + v
+
     def merge(self, other: "StageStats") -> None:
-        """Add another stage's cost to this one (several engine calls of one stage)."""
+        """Add another stage's cost to this one (several engine calls of one stage), endpoint counts included."""
         for k, v in asdict(other).items():
-            setattr(self, k, getattr(self, k) + v)
+            if k != "endpoints":
+                setattr(self, k, getattr(self, k) + v)
+        self.add_endpoints(other.endpoints)
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        """The cost as numbers; with endpoints, also ``endpoints`` (per URL), ``endpoints_down`` (times one was marked
+        down) and ``requests_moved`` (requests that moved to another after a failure): never hidden."""
+        out = asdict(self)
+        del out["endpoints"]
+        if self.endpoints:
+            out["endpoints"] = {url: dict(c) for url, c in self.endpoints.items()}
+            out["endpoints_down"] = sum(c.get("marked_down", 0) for c in self.endpoints.values())
+            out["requests_moved"] = sum(c.get("moved", 0) for c in self.endpoints.values())
+        return out
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from dr_core.constants import UNSCORABLE
 from dr_core.engines.base import Engine
 from dr_core.evaluator.calibrate import (LOGODDS_MODES, ask_logodds, calibrated_verdict, first_logodds, verdict_bias,
                                         verdict_mode_of, verifier_prompt_of)
+from dr_core.evaluator.endpoints import endpoint_counts, endpoint_delta
 from dr_core.evaluator.items import DONE_REASONS, Check, StageStats
 from dr_core.rubric import prompts
 
@@ -66,11 +67,20 @@ def verify(
     computation is counted in the stats). It falls back
     to "choice" when the engine does not return log-probabilities (``supports_logprobs`` False, or none came
     back, or the content-free checks gave none) or when ``structured`` is False.
+
+    The stats of an engine with endpoints (``endpoint_stats``) carry what its endpoints did during the call:
+    ``endpoints``, ``endpoints_down``, ``requests_moved`` (dr_core/evaluator/endpoints.py).
     """
     stats = StageStats()
     unique = send_order(checks)
     if not unique:
         return [], stats
+    before = endpoint_counts(engine)
+
+    def done(verdicts: list[int | None]) -> tuple[list[int | None], StageStats]:
+        stats.add_endpoints(endpoint_delta(before, endpoint_counts(engine)))
+        return verdicts, stats
+
     mode = verdict_mode or verdict_mode_of(engine)
     style = verifier_prompt or verifier_prompt_of(engine)
     if mode not in ("choice", *LOGODDS_MODES):
@@ -84,7 +94,7 @@ def verify(
             stats.add(outs, time.perf_counter() - start)
             if any(o.top_logprobs is not None for o in outs):
                 verdict = {c: calibrated_verdict(first_logodds(o), bias) for c, o in zip(unique, outs)}
-                return [verdict[c] for c in checks], stats
+                return done([verdict[c] for c in checks])
     start = time.perf_counter()
     outs = engine.chat(
         [prompts.verifier_messages(c.prompt, c.response, c.criterion, style=style) for c in unique],
@@ -95,4 +105,4 @@ def verify(
     )
     stats.add(outs, time.perf_counter() - start)
     verdict = {c: parse_verdict(o.texts[0], o.finish_reasons[0]) for c, o in zip(unique, outs)}
-    return [verdict[c] for c in checks], stats
+    return done([verdict[c] for c in checks])
