@@ -24,6 +24,7 @@ from prefect import flow, get_run_logger
 from dr_core.scoring import signals
 from dr_core.presets import CoevolveConfig, coevolve_preset
 from dr_core.store.artifacts import SEGMENT_PATTERN, Store, default_store_url
+from flows import runners
 from flows.steps import StepLog, measure, run_step, sample_step, with_models
 from tasks import round as round_tasks
 from tasks import policy_eval as policy_eval_task
@@ -69,7 +70,7 @@ def round_warnings(rounds: list[dict]) -> list[str]:
         judge_position_rates={r["round"]: (r.get("policy_eval") or {}).get("judge_position_a_rate") for r in rounds})
 
 
-@flow(name="dynamicrubric-coevolve")
+@flow(name="dynamicrubric-coevolve", task_runner=runners.from_env())
 def coevolve_flow(params: CoevolveParams) -> dict:
     cfg, store, run = params.config, params.store, params.run_id
     st = Store.from_url(store)

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dr_core.presets import RoundConfig, preset
 from dr_core.store.artifacts import SEGMENT_PATTERN, default_store_url
+from flows import runners
 from flows.steps import StepLog, measure, run_step
 from tasks import round as round_tasks
 from tasks.runtime import result_storage
@@ -32,7 +33,7 @@ class RoundParams(BaseModel):
     run_eval: bool = Field(True, description="Measure evaluator accuracy on the preset's eval slice.")
 
 
-@flow(name="dynamicrubric-round")
+@flow(name="dynamicrubric-round", task_runner=runners.from_env())
 def round_flow(params: RoundParams) -> dict:
     cfg, store, run, t = params.config, params.store, params.run_id, params.round_no
     with StepLog(store, run, t) as log:

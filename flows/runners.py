@@ -3,6 +3,7 @@
 
     dr round --task-runner ray                      # a Ray cluster started for the flow (or $RAY_ADDRESS)
     dr coevolve --task-runner ray://head:10001      # an existing cluster, through Ray Client
+    DR_TASK_RUNNER=ray://head:10001 prefect worker start --pool dr-process   # deployments: the flows' default
 
 What a shard task asks the cluster for comes from the config (``RoundConfig.scale.resources``: ``num_cpus``,
 ``num_gpus`` per role), through prefect_ray's ``remote_options``. The workers get the environment the engines and
@@ -17,6 +18,8 @@ from __future__ import annotations
 import contextlib
 import os
 
+from dr_core.config import ConfigError
+
 #: Environment variables passed to the Ray workers when set here (names, or prefixes ending in '_').
 #: (Not every VLLM_ variable: a loaded vLLM engine sets some of its own, e.g. VLLM_DIST_IDENT, that name this process.)
 WORKER_ENV = ("OMP_NUM_THREADS", "TOKENIZERS_PARALLELISM", "HF_HUB_OFFLINE", "VLLM_ENABLE_V1_MULTIPROCESSING",
@@ -27,8 +30,8 @@ WORKER_ENV = ("OMP_NUM_THREADS", "TOKENIZERS_PARALLELISM", "HF_HUB_OFFLINE", "VL
 _SECRET_HINTS = ("KEY", "SECRET", "TOKEN", "PASSWORD")
 
 
-class TaskRunnerError(ValueError):
-    """A --task-runner value that names no runner."""
+class TaskRunnerError(ConfigError):
+    """A --task-runner (or $DR_TASK_RUNNER) value that names no runner: one error line, exit 2."""
 
 
 def parse_task_runner(spec: str | None) -> str | None:
@@ -97,6 +100,17 @@ def make_task_runner(spec: str | None):
         init_kwargs.update(include_dashboard=False)
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     return DynamicRubricRayTaskRunner(address=address, init_kwargs=init_kwargs)
+
+
+def from_env():
+    """The flows' own default task runner: ``$DR_TASK_RUNNER`` (the values of ``--task-runner``), so a deployment
+    (a work pool's job variables, ``env: {DR_TASK_RUNNER: ray://head:10001}``) fans out without a CLI. None when
+    unset: Prefect's default."""
+    spec = os.environ.get("DR_TASK_RUNNER") or None
+    try:
+        return make_task_runner(spec)
+    except TaskRunnerError as exc:
+        raise TaskRunnerError(f"$DR_TASK_RUNNER: {exc}") from None
 
 
 def fans_out() -> bool:

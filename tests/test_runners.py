@@ -35,3 +35,14 @@ def test_workers_get_the_engine_settings_and_the_api_but_no_secret(monkeypatch):
 
 def test_fans_out_is_false_outside_a_ray_flow():
     assert runners.fans_out() is False
+
+
+def test_deployments_take_the_runner_from_the_environment(monkeypatch):
+    monkeypatch.delenv("DR_TASK_RUNNER", raising=False)
+    assert runners.from_env() is None
+    monkeypatch.setenv("DR_TASK_RUNNER", "ray://head:10001")
+    runner = runners.from_env()
+    assert type(runner).__name__ == "DynamicRubricRayTaskRunner" and runner.address == "ray://head:10001"
+    monkeypatch.setenv("DR_TASK_RUNNER", "dask")
+    with pytest.raises(runners.TaskRunnerError, match=r"\$DR_TASK_RUNNER: --task-runner 'dask'"):
+        runners.from_env()
