@@ -96,7 +96,10 @@ def make_task_runner(spec: str | None):
     init_kwargs: dict = {}
     if not address:
         address = os.environ.get("RAY_ADDRESS") or None
-    if address is None:  # a cluster of this machine for the flow run: no dashboard, no usage report
+    if address is None:
+        # a new cluster of this machine for the flow run ("local": ray.init would otherwise join whatever cluster was
+        # started last on this machine), no dashboard, no usage report
+        address = "local"
         init_kwargs.update(include_dashboard=False)
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     return DynamicRubricRayTaskRunner(address=address, init_kwargs=init_kwargs)
