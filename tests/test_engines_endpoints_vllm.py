@@ -25,7 +25,7 @@ from dr_core.config import EngineConfig
 from dr_core.engines import make_engine
 from dr_core.evaluator.items import Check
 from dr_core.evaluator.verify import verify
-from tests.netutil import free_ports, wait_for_http, wait_until
+from tests.netutil import kill_group, free_ports, wait_for_http, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -40,13 +40,16 @@ CHECKS = [Check("What is the capital of France?", r, c) for r in RESPONSES for c
 
 
 def _stop(proc: subprocess.Popen) -> None:
+    """Stop a server and everything it started (its own process group: the API server and its EngineCore)."""
     if proc.poll() is None:
-        os.kill(proc.pid, signal.SIGTERM)
+        os.killpg(proc.pid, signal.SIGTERM)
         try:
             proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait()
+            pass
+    kill_group(proc)  # what is left of the group, e.g. the EngineCore of a server that was SIGKILLed
+    if proc.poll() is None:
+        proc.wait()
 
 
 @pytest.fixture
@@ -62,7 +65,8 @@ def two_servers(default_model_dir, tmp_path):
                    "--dtype", "float32", "--enforce-eager", "--max-model-len", str(MAX_MODEL_LEN)]
             with open(tmp_path / f"server{i}.log", "wb") as fh:
                 servers.append((f"http://127.0.0.1:{port}/v1",
-                                subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env)))
+                                subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env,
+                                                 start_new_session=True)))
         for i, (url, proc) in enumerate(servers):
             wait_for_http(f"{url}/models", timeout=300, what=f"vLLM server {i}", proc=proc, interval=1,
                           log=tmp_path / f"server{i}.log")
@@ -94,7 +98,7 @@ def test_a_replica_killed_mid_run_loses_and_doubles_no_verdict(two_servers):
             # waits on the engine's own counters, not a timer: A dies with requests of this run still to come
             if wait_until(lambda: done.is_set() or eng.endpoint_stats()[url_a]["answered"] >= listed_a + 4,
                           timeout=240, what="server A to answer 4 checks", interval=0.02) and not done.is_set():
-                os.kill(proc_a.pid, signal.SIGKILL)
+                os.killpg(proc_a.pid, signal.SIGKILL)  # the server and its EngineCore, none left behind
                 killed.set()
 
         killer = threading.Thread(target=kill_a_after_some_answers, daemon=True)

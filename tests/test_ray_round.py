@@ -31,10 +31,10 @@ def _stop(proc: subprocess.Popen) -> None:
             proc.wait()
 
 
-def _alive_nodes(gcs: str) -> int:
+def _alive_nodes(gcs: str, env: dict) -> int:
     code = ("import ray; ray.init(address='%s', log_to_driver=False); "
             "print(sum(1 for n in ray.nodes() if n['Alive']))" % gcs)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     return int(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 and out.stdout.strip() else 0
 
 
@@ -48,7 +48,9 @@ def ray_cluster(tmp_path_factory):
     logs = tmp_path_factory.mktemp("ray")
     gcs_port, client_port = free_ports(2)
     gcs = f"127.0.0.1:{gcs_port}"
-    env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", OMP_NUM_THREADS="1")
+    # no token auth on this loopback test cluster: a token file another Ray cluster of this machine left in
+    # ~/.ray would make the worker nodes' start fail ("InvalidAuthToken")
+    env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", OMP_NUM_THREADS="1", RAY_AUTH_MODE="disabled")
     common = ["--node-ip-address", "127.0.0.1", "--disable-usage-stats", "--block"]
     procs: list[subprocess.Popen] = []
 
@@ -66,7 +68,7 @@ def ray_cluster(tmp_path_factory):
                        "--num-cpus", "0", "--include-dashboard", "false"])
         for i in range(2):
             start(f"worker{i}", ["--address", gcs, "--num-cpus", "1"])
-        wait_until(lambda: _alive_nodes(gcs) == 3, timeout=120, interval=1, what="3 live Ray nodes")
+        wait_until(lambda: _alive_nodes(gcs, env) == 3, timeout=120, interval=1, what="3 live Ray nodes")
         yield f"ray://127.0.0.1:{client_port}"
     finally:
         for proc in reversed(procs):
@@ -74,7 +76,8 @@ def ray_cluster(tmp_path_factory):
 
 
 def test_sharded_round_on_ray_workers_gives_the_unsharded_rows(ray_cluster, prefect_harness, test_engine_config,
-                                                               tmp_path):
+                                                               tmp_path, monkeypatch):
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # the driver, like the cluster (fixture)
     from dr_core.config import EnginesConfig
     from dr_core.presets import preset
     from dr_core.store.artifacts import Store
