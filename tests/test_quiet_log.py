@@ -4,6 +4,7 @@ line per step with its state, seconds and peak memory, and none of the third-par
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import re
@@ -63,6 +64,14 @@ def _coevolve(store: Path, out: Path, *extra: str) -> tuple[int, str]:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, default_model_dir):
+    # The coevolve subprocess peaks near 10 GB; the suite's own process can hold as much in engines that earlier
+    # in-process flow tests left in the task pool. Free those first (a full run was OOM-killed here without it).
+    from dr_core.resources import return_freed_memory
+    from tasks.runtime import close_engines
+
+    close_engines()
+    gc.collect()
+    return_freed_memory()
     tmp = tmp_path_factory.mktemp("quiet")
     first = _coevolve(tmp / "store", tmp / "first.json")
     (tmp / "first.log").write_text(first[1])  # kept with pytest's temporary directories, to read
