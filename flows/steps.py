@@ -99,7 +99,8 @@ def run_shards(task, role: str, log: dict, name: str, cfg: RoundConfig, *args, s
     """A model step split by prompt (``cfg.scale.shards``, dr_core/runs/shards.py): one task per shard, then
     ``merge-shards`` under the step's own name, which returns the step's usual reference. On the Ray task runner
     the shards are submitted together, each with the role's resources (``cfg.scale.resources``), and run on the
-    cluster's workers (the log notes each shard's state and its seconds until its result was in); otherwise they
+    cluster's workers (the log notes each shard's state and, for every shard alike, the seconds until all of them
+were in: the flow waits for the whole step); otherwise they
     run one after the other in this process (the engines are not shared between threads)."""
     n = cfg.scale.shards
     shard_task = task.with_options(result_storage=storage)
