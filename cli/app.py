@@ -343,16 +343,16 @@ def serve(
     'service'; `dr query why_reward -p request_id=...` says why a response got its reward.
     """
     from dr_core.config import load_engines_config
-    from dr_core.presets import PRESETS
+    from dr_core.presets import PRESET_NAMES, preset as round_preset
     from dr_core.service.server import serve as run_service
     from dr_core.service.settings import ServiceSettings
 
     settings = ServiceSettings(run_id=run_id, group_size=group_size, group_timeout_s=group_timeout,
                                rubric_rollouts=rubric_rollouts, max_batch_sets=max_batch_sets,
                                batch_wait_s=batch_wait_ms / 1000.0, max_body_bytes=max_body_bytes)
-    if engines is None and preset not in PRESETS:
-        fail(f"--preset must be one of {', '.join(PRESETS)}, got {preset!r}")
-    config = load_engines_config(engines) if engines is not None else PRESETS[preset].engines
+    if engines is None and preset not in PRESET_NAMES:
+        fail(f"--preset must be one of {', '.join(PRESET_NAMES)}, got {preset!r}")
+    config = load_engines_config(engines) if engines is not None else round_preset(preset).engines
     code = run_service(config, store, settings, host=host, port=port, token_file=token_file, log=_log,
                        access_log=access_log)
     if code:

@@ -102,8 +102,8 @@ class RoundConfig(BaseModel):
 
 #: One 8B role on GPUs: sharded over 2 GPUs (tensor parallel; 32K context for the generator's 24K-token inputs), 2
 #: replicas (data parallel): 4 GPUs a role. Adjust to your node with an engines file.
-_PAPER_ENGINE = EngineConfig(dtype="bfloat16", max_model_len=32768, enforce_eager=False, tensor_parallel_size=2,
-                             data_parallel_size=2)
+PAPER_ENGINE = dict(dtype="bfloat16", max_model_len=32768, enforce_eager=False, tensor_parallel_size=2,
+                    data_parallel_size=2)
 
 #: The tiny preset's verifier (and pairwise judge): Qwen2.5-Coder-0.5B-Instruct, plain prompt, "balanced" verdicts
 #: (first-token yes-vs-no log-odds above their median over the bundled balanced probe), chosen by measurement
@@ -113,40 +113,49 @@ _PAPER_ENGINE = EngineConfig(dtype="bfloat16", max_model_len=32768, enforce_eage
 #: 77-87 %. SmolLM2-135M with the original prompt says yes to every check: no score could differ. Generator and policy
 #: stay SmolLM2 (they are the trained models; the verifier is frozen). 0.5 GiB of KV cache (21k tokens at its 24 KB
 #: per token) holds every check of a round's sets with their shared prefixes.
-TINY_VERIFIER = EngineConfig(model="qwen2.5-coder-0.5b-instruct", verifier_prompt="plain", verdict_mode="balanced",
-                             kv_cache_gib=0.5)
+TINY_VERIFIER = dict(model="qwen2.5-coder-0.5b-instruct", verifier_prompt="plain", verdict_mode="balanced",
+                     kv_cache_gib=0.5)
 
 #: The tiny preset's generator and policy: SmolLM2-135M (the default model) with a 0.5 GiB KV cache (11k tokens at
 #: its 46 KB per token), ample for 4 prompts x K=4 and the rubric prompts; the default 2 GiB only costs memory.
-TINY_TRAINED = EngineConfig(kv_cache_gib=0.5)
+TINY_TRAINED = dict(kv_cache_gib=0.5)
 
-PRESETS: dict[str, RoundConfig] = {
-    "tiny": RoundConfig(preset="tiny", n_anchor=3, eval_limit=4,
-                        engines=EnginesConfig(generator=TINY_TRAINED, verifier=TINY_VERIFIER, policy=TINY_TRAINED)),
-    "paper": RoundConfig(
-        preset="paper",
-        min_anchor_responses=7,
-        n_prompts=256,
-        k=8,
-        n_anchor=7,
-        rubric_rollouts=8,
-        policy_max_tokens=8192,
-        generator_max_tokens=8192,
-        eval_limit=500,
-        eval_seeds=5,
-        engines=EnginesConfig(generator=_PAPER_ENGINE, verifier=_PAPER_ENGINE, policy=_PAPER_ENGINE),
-        # 8 shards of 32 prompts; a shard task holds one role's engine: 4 GPUs (tensor 2 x data 2)
-        scale=ScaleConfig(shards=8, resources={r: RoleResources(num_cpus=8, num_gpus=4)
-                                               for r in ("generator", "verifier", "policy")}),
-    ),
-}
+#: The shipped round presets' names (``preset``).
+PRESET_NAMES = ("tiny", "paper")
+
+
+def _round_preset(name: str) -> RoundConfig:
+    """A preset, built now: the engines' ``dtype: auto`` is resolved for this machine when it is built
+    (dr_core/numerics.py), so a preset is data, not a config fixed at import."""
+    if name == "tiny":
+        trained = EngineConfig(**TINY_TRAINED)
+        return RoundConfig(preset="tiny", n_anchor=3, eval_limit=4,
+                           engines=EnginesConfig(generator=trained, verifier=EngineConfig(**TINY_VERIFIER),
+                                                 policy=trained))
+    if name == "paper":
+        engine = EngineConfig(**PAPER_ENGINE)
+        return RoundConfig(
+            preset="paper",
+            min_anchor_responses=7,
+            n_prompts=256,
+            k=8,
+            n_anchor=7,
+            rubric_rollouts=8,
+            policy_max_tokens=8192,
+            generator_max_tokens=8192,
+            eval_limit=500,
+            eval_seeds=5,
+            engines=EnginesConfig(generator=engine, verifier=engine, policy=engine),
+            # 8 shards of 32 prompts; a shard task holds one role's engine: 4 GPUs (tensor 2 x data 2)
+            scale=ScaleConfig(shards=8, resources={r: RoleResources(num_cpus=8, num_gpus=4)
+                                                   for r in ("generator", "verifier", "policy")}),
+        )
+    raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(PRESET_NAMES)}")
 
 
 def preset(name: str, **overrides) -> RoundConfig:
     """A shipped preset, with field overrides validated like the preset itself."""
-    if name not in PRESETS:
-        raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
-    base = PRESETS[name].model_dump()
+    base = _round_preset(name).model_dump()
     if isinstance(overrides.get("scale"), dict):  # --set scale.shards=N keeps the preset's resources
         overrides = {**overrides, "scale": {**base["scale"], **overrides["scale"]}}
     return RoundConfig(**{**base, **overrides})
@@ -202,8 +211,8 @@ class CoevolveConfig(BaseModel):
 
 
 def _coevolve_presets() -> dict[str, CoevolveConfig]:
-    tiny = PRESETS["tiny"]
-    paper = PRESETS["paper"]
+    tiny = _round_preset("tiny")
+    paper = _round_preset("paper")
     return {
         "tiny": CoevolveConfig(
             preset="tiny",
@@ -226,10 +235,10 @@ def _coevolve_presets() -> dict[str, CoevolveConfig]:
             round=paper,
             generator=GRPOSettings(learning_rate=5e-6, num_generations=8, max_completion_length=8192,
                                    per_device_train_batch_size=8, gradient_accumulation_steps=32, max_steps=100,
-                                   save_steps=10, bf16=True, rubric_format="json"),
+                                   save_steps=10, bf16=True, gradient_checkpointing=True, rubric_format="json"),
             policy=GRPOSettings(learning_rate=1e-6, num_generations=8, max_completion_length=8192,
                                 per_device_train_batch_size=8, gradient_accumulation_steps=32, max_steps=100,
-                                save_steps=10, bf16=True, rubric_max_tokens=8192),
+                                save_steps=10, bf16=True, gradient_checkpointing=True, rubric_max_tokens=8192),
         ),
     }
 

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from prefect import flow, get_run_logger
 
+from dr_core import numerics
 from dr_core.scoring import signals
 from dr_core.presets import CoevolveConfig, coevolve_preset
 from dr_core.store.artifacts import SEGMENT_PATTERN, Store, default_store_url
@@ -80,6 +81,8 @@ def coevolve_flow(params: CoevolveParams) -> dict:
     gen = params.generator_start or train.base_ref(cfg.round.engines.generator)
     pol = params.policy_start or train.base_ref(cfg.round.engines.policy)
     verifier = model_id(cfg.round.engines.verifier)
+    numbers = numerics.describe(cfg.round.engines, {"generator": cfg.generator, "policy": cfg.policy})
+    get_run_logger().info(numbers)  # once per run, in the CLI's log and a deployment's alike
 
     with StepLog(store, run, first) as log:  # select-inputs goes with the first round flushed (0 or start_round)
         inputs = run_step(round_tasks.select_inputs.with_options(**opts), log, "select-inputs", cfg.round, store)
@@ -121,8 +124,8 @@ def coevolve_flow(params: CoevolveParams) -> dict:
     found = round_warnings(rounds)
     for w in found:  # also in the flow run's log: a scheduled run (anchor refresh) has no CLI to print them
         get_run_logger().warning(w)
-    return {"run_id": run, "rounds": rounds, "steps": dict(log), "generator": gen, "policy": pol, "warnings": found,
-            "signal_checks": signals.signal_checks(rounds)}
+    return {"run_id": run, "numerics": numbers, "rounds": rounds, "steps": dict(log), "generator": gen, "policy": pol,
+            "warnings": found, "signal_checks": signals.signal_checks(rounds)}
 
 
 if __name__ == "__main__":

@@ -10,9 +10,10 @@ re-run with the same inputs does no model work, a killed run resumes at its firs
 
 from __future__ import annotations
 
-from prefect import flow
+from prefect import flow, get_run_logger
 from pydantic import BaseModel, ConfigDict, Field
 
+from dr_core import numerics
 from dr_core.presets import RoundConfig, preset
 from dr_core.store.artifacts import SEGMENT_PATTERN, default_store_url
 from flows import runners
@@ -36,10 +37,13 @@ class RoundParams(BaseModel):
 @flow(name="dynamicrubric-round", task_runner=runners.from_env())
 def round_flow(params: RoundParams) -> dict:
     cfg, store, run, t = params.config, params.store, params.run_id, params.round_no
+    numbers = numerics.describe(cfg.engines)
+    get_run_logger().info(numbers)
     with StepLog(store, run, t) as log:
         result = measure(cfg, store, run, t, result_storage(store), log, run_eval=params.run_eval)
         run_step(round_tasks.record_run, log, "record-run", cfg, store, run, t, "round-complete")
-    return {"run_id": run, "round": t, "summary": result["summary"], "steps": dict(log),
+    return {"run_id": run, "round": t, "numerics": numbers, "summary": result["summary"],
+            "steps": dict(log),
             "artifacts": {k: v["uri"] for k, v in result["artifacts"].items()}}
 
 

@@ -13,6 +13,7 @@ import sys
 
 import pytest
 
+from dr_core.numerics import auto_dtype
 from tests.netutil import free_port, wait_for_http
 
 #: Small context: the tests' prompts are short, and a small KV cache starts faster.
@@ -49,7 +50,7 @@ def vllm_server(default_model_dir, tmp_path_factory):
     env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", VLLM_LOGGING_LEVEL="WARNING")
     cmd = [
         sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(default_model_dir),
-        "--served-model-name", "smollm2-135m", "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
+        "--served-model-name", "smollm2-135m", "--host", "127.0.0.1", "--port", str(port), "--dtype", auto_dtype(),
         "--enforce-eager", "--max-model-len", str(TEST_MAX_MODEL_LEN),
     ]
     with open(log, "wb") as fh:

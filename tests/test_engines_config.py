@@ -10,10 +10,53 @@ from dr_core.config import ConfigError, EngineConfig, EnginesConfig, engine_conf
 
 
 def test_defaults_are_the_cpu_settings():
+    from dr_core.numerics import auto_dtype
+
     c = EngineConfig()
-    assert (c.kind, c.model, c.dtype, c.enforce_eager, c.prefix_caching) == ("vllm", "default", "float32", True, True)
+    assert (c.kind, c.model, c.dtype, c.enforce_eager, c.prefix_caching) == ("vllm", "default", auto_dtype(), True,
+                                                                             True)
     with pytest.raises(ValidationError):
         c.dtype = "bfloat16"  # frozen
+
+
+def test_dtype_auto_is_resolved_into_the_config_and_its_identity(monkeypatch):
+    """'auto' becomes the machine's dtype when the config is built: it is what the config holds, records and hashes,
+    so a float32 engine and a bf16 engine are two engines (two pool keys, two cache keys), never one."""
+    from dr_core import numerics
+
+    for native, dtype in ((True, "bfloat16"), (False, "float32")):
+        monkeypatch.setattr(numerics, "bf16_reason", lambda native=native: (native, "test"))
+        c = EngineConfig()
+        assert c.dtype == dtype and f'"dtype":"{dtype}"' in c.model_dump_json()
+        assert EngineConfig(**c.model_dump()) == c  # a recorded config reads back as the same engine
+    assert EngineConfig(dtype="float32") != EngineConfig(dtype="bfloat16")
+    assert len({EngineConfig(dtype="float32"), EngineConfig(dtype="bfloat16")}) == 2
+    assert EngineConfig(dtype="float32").dtype == "float32"  # an explicit choice is kept
+    # a remote engine's dtype is the server's: 'auto' stays as given, and no machine fact enters its identity
+    assert EngineConfig(kind="openai_http", base_url="http://127.0.0.1:1/v1").dtype == "auto"
+
+
+def test_cpu_bf16_detection_reads_the_flags(tmp_path, monkeypatch):
+    from dr_core import numerics
+
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_bf16\n\nprocessor\t: 1\nflags\t: fpu\n")
+    assert "avx512_bf16" in numerics.cpu_flags(str(info))
+    info.write_text("processor\t: 0\nflags\t\t: fpu avx2 fma\n")
+    assert numerics.cpu_flags(str(info)) == {"fpu", "avx2", "fma"}
+    assert numerics.cpu_flags(str(tmp_path / "missing")) == frozenset()
+    monkeypatch.setattr(numerics, "_cuda_machine", lambda: False)
+    monkeypatch.setattr(numerics, "cpu_flags", lambda: frozenset({"avx2", "fma"}))
+    numerics.bf16_reason.cache_clear()
+    try:
+        native, why = numerics.bf16_reason()
+        assert not native and "no bf16 instructions" in why
+        monkeypatch.setattr(numerics, "cpu_flags", lambda: frozenset({"avx2", "amx_bf16"}))
+        numerics.bf16_reason.cache_clear()
+        assert numerics.bf16_reason() == (True, "the CPU has amx_bf16")
+        assert numerics.auto_dtype() == "bfloat16"
+    finally:
+        numerics.bf16_reason.cache_clear()
 
 
 @pytest.mark.parametrize(

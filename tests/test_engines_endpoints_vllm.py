@@ -23,6 +23,7 @@ import pytest
 
 from dr_core.config import EngineConfig
 from dr_core.engines import make_engine
+from dr_core.numerics import auto_dtype
 from dr_core.evaluator.items import Check
 from dr_core.evaluator.verify import verify
 from tests.netutil import kill_group, free_ports, wait_for_http, wait_until
@@ -62,7 +63,7 @@ def two_servers(default_model_dir, tmp_path):
         for i, port in enumerate(free_ports(2)):
             cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(default_model_dir),
                    "--served-model-name", "smollm2-135m", "--host", "127.0.0.1", "--port", str(port),
-                   "--dtype", "float32", "--enforce-eager", "--max-model-len", str(MAX_MODEL_LEN)]
+                   "--dtype", auto_dtype(), "--enforce-eager", "--max-model-len", str(MAX_MODEL_LEN)]
             with open(tmp_path / f"server{i}.log", "wb") as fh:
                 servers.append((f"http://127.0.0.1:{port}/v1",
                                 subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env,

@@ -387,3 +387,47 @@ def test_one_step_update_without_a_reference_model_is_the_same_update(tiny_llama
     assert _changed(_weights(tiny_llama_dir), fast)
     for k in fast:
         torch.testing.assert_close(fast[k], full[k], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bf16", [False, True])
+def test_completion_only_log_probs_equal_trls_fused_head(tiny_llama_dir, tmp_path, bf16):
+    """On one CPU process the trainer scores only the completion positions (``_completion_logps``) instead of TRL's
+    fused LM head over every position: the same log-probabilities, entropies and gradient as TRL's own method, in
+    float32 and under bf16 autocast (where the head runs in float32 on both sides), with padding and a
+    ``batch_size`` that splits the batch."""
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+
+    tok = AutoTokenizer.from_pretrained(tiny_llama_dir)
+    args = GRPOConfig(output_dir=str(tmp_path), num_generations=2, per_device_train_batch_size=2, max_steps=1,
+                      bf16=bf16, use_cpu=True, report_to="none", disable_tqdm=True, dataloader_pin_memory=False,
+                      temperature=0.7)
+    trainer = grpo._grpo_trainer_class()(
+        model=AutoModelForCausalLM.from_pretrained(tiny_llama_dir, dtype=torch.float32), args=args,
+        reward_funcs=[lambda completions, **_: [0.0] * len(completions)],
+        train_dataset=Dataset.from_list([{"prompt": "hi"}]), processing_class=tok)
+    assert grpo._completion_only_head(trainer, torch.zeros(1, dtype=torch.long), False, {"pixel_values": None})
+    torch.manual_seed(0)
+    ids = torch.randint(5, len(tok) - 1, (3, 20))
+    mask = torch.ones_like(ids)
+    mask[0, :4] = 0  # a left-padded prompt
+    mask[1, -3:] = 0  # a completion padded on the right
+
+    def run(method):
+        trainer.model.zero_grad(set_to_none=True)
+        logps, ent, _ = method(trainer, trainer.model, ids, mask, 7, batch_size=2, compute_entropy=True)
+        logps.sum().backward()
+        grad = torch.cat([p.grad.flatten() for p in trainer.model.parameters() if p.grad is not None])
+        return logps.detach(), ent.detach(), grad
+
+    ours = run(type(trainer)._get_per_token_logps_and_entropies)
+    theirs = run(GRPOTrainer._get_per_token_logps_and_entropies)
+    assert ours[0].shape == theirs[0].shape == (3, 7)
+    keep = mask[:, -7:].bool()
+    tol = 2e-2 if bf16 else 1e-4  # bf16: the two backbones round alike; only summation order differs
+    torch.testing.assert_close(ours[0][keep], theirs[0][keep], atol=tol, rtol=0)
+    torch.testing.assert_close(ours[1][keep], theirs[1][keep], atol=tol, rtol=0)
+    assert torch.nn.functional.cosine_similarity(ours[2], theirs[2], dim=0) > (0.999 if bf16 else 0.99999)

@@ -1,6 +1,8 @@
 """GRPO rollouts on an in-process vLLM engine (dr_core/train/rollouts.py), on the real default model: after a weight
 sync the engine samples the trainer's model (the same greedy tokens and log-probabilities as transformers); and
-how TRL's ``rollout_func`` calls are turned into requests and syncs (pure logic, a fake engine). The tiny preset's
+a LoRA model's sync gives the engine exactly the merged model (the engine's outputs equal those of an engine
+loaded from the merged checkpoint); and how TRL's ``rollout_func`` calls are turned into requests and syncs (pure
+logic, a fake engine). The tiny preset's
 training with these rollouts runs end to end in tests/test_quiet_log.py."""
 
 from __future__ import annotations
@@ -44,7 +46,10 @@ def test_engine_samples_the_trainer_weights_after_a_sync(default_model_dir):
             out.append((new, first_lp))
         return out
 
-    engine = VLLMEngine(EngineConfig(model=str(default_model_dir), max_model_len=512, kv_cache_gib=1))
+    # float32 on purpose: the engine is compared with transformers' float32 greedy tokens (bf16 rounding would let a
+    # near-tie pick another token); the bf16 engine is compared with a bf16 engine in the LoRA test below
+    engine = VLLMEngine(EngineConfig(model=str(default_model_dir), dtype="float32", max_model_len=512,
+                                     kv_cache_gib=0.25))
     try:
         def vllm_greedy(n_tokens=12):
             res = engine.sample_ids(ids, [1, 1], temperature=0.0, max_tokens=n_tokens)
@@ -66,6 +71,59 @@ def test_engine_samples_the_trainer_weights_after_a_sync(default_model_dir):
             assert math.isclose(lp_v, lp_h, abs_tol=2e-3), (lp_v, lp_h)
     finally:
         engine.close()
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_a_lora_sync_gives_the_engine_the_merged_model(default_model_dir, tmp_path):
+    """What the rollout engine samples after ``VLLMRollouts.sync`` of a PEFT model (adapter merged for the copy, then
+    unmerged) is the merged model: its greedy tokens and log-probabilities equal, bit for bit, those of a new engine
+    loaded from ``merge_and_unload()``'s saved checkpoint, in the machine's dtype (bf16 here: both engines round the
+    same float32 weights). The adapter is random (B not zero), so the merged model differs from the base."""
+    from types import SimpleNamespace
+
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from dr_core.config import EngineConfig
+    from dr_core.engines.vllm_engine import VLLMEngine
+    from dr_core.train.rollouts import VLLMRollouts
+
+    tok = AutoTokenizer.from_pretrained(default_model_dir)
+    ids = [prompt_ids(tok, p) for p in PROMPTS]
+    torch.manual_seed(0)
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(default_model_dir, dtype=torch.float32),
+                           LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", init_lora_weights=False))
+    adapter = {n: p.detach().clone() for n, p in model.named_parameters() if "lora_" in n}
+    base_weight = model.get_base_model().model.layers[0].self_attn.q_proj.base_layer.weight.detach().clone()
+
+    def greedy(engine):
+        return [(c, lps) for [(c, lps)] in engine.sample_ids(ids, [1, 1], temperature=0.0, max_tokens=12)]
+
+    rollout_engine = VLLMEngine(EngineConfig(model=str(default_model_dir), max_model_len=512, kv_cache_gib=0.25))
+    try:
+        before = greedy(rollout_engine)
+        trainer = SimpleNamespace(model=model, state=SimpleNamespace(global_step=1),
+                                  accelerator=SimpleNamespace(unwrap_model=lambda m: m))
+        VLLMRollouts(rollout_engine, tok, seed=0).sync(trainer)
+        synced = greedy(rollout_engine)
+    finally:
+        rollout_engine.close()
+    # the sync left the trainer's model as it was: adapter unmerged, base weights untouched
+    assert torch.equal(model.get_base_model().model.layers[0].self_attn.q_proj.base_layer.weight, base_weight)
+    assert all(torch.equal(p, adapter[n]) for n, p in model.named_parameters() if "lora_" in n)
+    merged_dir = tmp_path / "merged"
+    model.merge_and_unload().save_pretrained(merged_dir)
+    tok.save_pretrained(merged_dir)
+    fresh = VLLMEngine(EngineConfig(model=str(merged_dir), max_model_len=512, kv_cache_gib=0.25))
+    try:
+        assert fresh.config.dtype == rollout_engine.config.dtype
+        reference = greedy(fresh)
+    finally:
+        fresh.close()
+    assert [c for c, _ in synced] != [c for c, _ in before], "the random adapter did not change the outputs"
+    assert synced == reference
 
 
 def test_rollouts_sync_once_per_new_step_and_send_each_prompt_once():

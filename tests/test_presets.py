@@ -35,3 +35,29 @@ def test_tiny_generator_update_scores_two_sets_in_its_step():
     assert (g.steps_per_generation or g.gradient_accumulation_steps) == g.gradient_accumulation_steps
     assert per_step == 2 * g.num_generations
     assert g.max_steps * per_step // g.num_generations <= cfg.round.n_prompts  # every group is a different set
+
+
+def test_the_presets_numerics_follow_the_hardware(monkeypatch):
+    """``auto`` (engines' dtype, training's bf16) is resolved when a preset is built: bf16 where the machine has bf16
+    arithmetic, float32 elsewhere; the paper preset asks for bf16 explicitly (GPUs), whatever the machine."""
+    from dr_core import numerics
+    from dr_core.train.settings import GRPOSettings
+
+    for native, dtype in ((True, "bfloat16"), (False, "float32")):
+        monkeypatch.setattr(numerics, "bf16_reason", lambda native=native: (native, "test"))
+        cfg = coevolve_preset("tiny")
+        assert {getattr(cfg.round.engines, r).dtype for r in ("generator", "verifier", "policy")} == {dtype}
+        assert cfg.generator.bf16 is native and cfg.policy.bf16 is native
+        assert GRPOSettings().bf16 is native and GRPOSettings(bf16=False).bf16 is False
+        paper = coevolve_preset("paper")
+        assert paper.round.engines.verifier.dtype == "bfloat16" and paper.generator.bf16 is True
+        line = numerics.describe(cfg.round.engines, {"generator": cfg.generator, "policy": cfg.policy})
+        assert line.startswith(f"numerics: engines {dtype}, training "
+                               f"{'bf16 mixed precision' if native else 'float32'} (auto here is {dtype}: test)")
+    from dr_core.config import EngineConfig, EnginesConfig
+
+    mixed = EnginesConfig(generator=EngineConfig(dtype="bfloat16"), verifier=EngineConfig(dtype="float32"),
+                          policy=EngineConfig(kind="openai_http", base_url="http://127.0.0.1:1/v1"))
+    line = numerics.describe(mixed, {"generator": GRPOSettings(bf16=True), "policy": GRPOSettings(bf16=False)})
+    assert line.startswith("numerics: engines generator bfloat16, verifier float32, training generator bf16 mixed "
+                           "precision, policy float32 (auto here is")  # a remote engine's dtype is the server's

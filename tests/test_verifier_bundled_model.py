@@ -14,13 +14,14 @@ def tiny_verifier():
     pytest.importorskip("vllm", reason="vllm (the cpu or gpu extra) is not installed")
     from dr_core.engines import make_engine
     from dr_core.model import ModelError, prepare
-    from dr_core.presets import TINY_VERIFIER
+    from dr_core.presets import preset
 
+    verifier = preset("tiny").engines.verifier
     try:
-        prepare(TINY_VERIFIER.model)
+        prepare(verifier.model)
     except ModelError as exc:
-        pytest.skip(f"{TINY_VERIFIER.model} unavailable: {exc}")
-    engine = make_engine(TINY_VERIFIER.model_copy(update={"max_model_len": 2048}))
+        pytest.skip(f"{verifier.model} unavailable: {exc}")
+    engine = make_engine(verifier.model_copy(update={"max_model_len": 2048}))
     yield engine
     engine.close()
 

@@ -10,7 +10,7 @@ for gets an empty tuple of positions).
 
 Start a server (CPU):
     python -m vllm.entrypoints.openai.api_server --model DIR --host 127.0.0.1 --port 8000 \\
-        --dtype float32 --enforce-eager --max-model-len 2048
+        --dtype bfloat16 --enforce-eager --max-model-len 2048    # float32 on a CPU without bf16 instructions
 and point a role at it: ``{kind: openai_http, base_url: http://127.0.0.1:8000/v1, model: default}``.
 Two of them (ports 8000 and 8001) serve one role as ``base_url: [http://127.0.0.1:8000/v1,
 http://127.0.0.1:8001/v1]``; ``python -c "from dr_core.config import EngineConfig; from dr_core.engines import

@@ -70,7 +70,8 @@ of the steps before its checkpoint (those after it are done again), and a call t
 it every record of the run, so ``on_rollouts`` always sees each rollout of the whole run exactly once per call
 (replayed records come back from JSON: tuples as lists).
 
-On CPU: float32 (``bf16=False``), ``OMP_NUM_THREADS=1``, ``use_vllm=False`` (TRL's vLLM modes need CUDA here);
+On CPU: bf16 mixed precision where the CPU has bf16 instructions, float32 elsewhere (``GRPOSettings.bf16``
+'auto', dr_core/numerics.py), ``OMP_NUM_THREADS=1``, ``use_vllm=False`` (TRL's vLLM modes need CUDA here);
 several CPU processes (DeepSpeed tests) get ``ddp_backend="gloo"``, which accelerate does not pick by itself.
 Multi-GPU: ``accelerate launch --config_file infra/accelerate/zero2.yaml -m dr_core.train.launch ...``.
 
@@ -495,6 +496,46 @@ def _progress_callback(max_steps: int):
     return StepProgress()
 
 
+def _completion_only_head(trainer, input_ids, compute_aux_loss: bool, multimodal: dict) -> bool:
+    """True where ``_completion_logps`` replaces TRL's log-probabilities: one process on the CPU, a text-only causal
+    LM. TRL 1.16 computes them with a fused, chunked LM head (trl/kernels/chunked_logprob.py) that, off CUDA/XPU,
+    scores EVERY position of prompt + completion ("every position is scored instead", to keep tile shapes fixed) and
+    back-propagates through a Python loop of tiles: measured on the tiny preset's generator step (8 rollouts of about
+    700 tokens, 128 of them completion), 40 s of a 71 s backward pass on 2 cores."""
+    return (input_ids.device.type == "cpu" and not compute_aux_loss and trainer.accelerator.num_processes == 1
+            and not trainer.is_deepspeed_enabled and all(v is None for v in multimodal.values()))
+
+
+def _completion_logps(trainer, model, input_ids, attention_mask, logits_to_keep: int, batch_size: int | None,
+                      compute_entropy: bool):
+    """Per-token log-probabilities (and entropies) of the last ``logits_to_keep`` tokens, what TRL's
+    ``_get_per_token_logps_and_entropies`` returns, with the LM head applied to those positions only: the backbone
+    runs under the trainer's autocast (bf16 mixed precision when training in bf16), the head in float32 on the
+    float32 master weights, so the log-softmax over the vocabulary never sees bf16-rounded logits."""
+    import torch
+    from trl.trainer.utils import entropy_from_logits, selective_log_softmax
+
+    lm = trainer.accelerator.unwrap_model(model)
+    lm = lm.get_base_model() if hasattr(lm, "get_base_model") else lm  # PEFT: the LoRA layers sit inside it
+    backbone, head = getattr(lm, lm.base_model_prefix), lm.get_output_embeddings()
+    batch_size = batch_size or input_ids.size(0)
+    logps, entropies = [], []
+    for start in range(0, input_ids.size(0), batch_size):
+        ids, mask = input_ids[start:start + batch_size], attention_mask[start:start + batch_size]
+        with trainer.accelerator.autocast():
+            hidden = backbone(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
+        hidden = hidden[:, -logits_to_keep - 1:-1].float()  # position t predicts token t + 1
+        with torch.autocast(hidden.device.type, enabled=False):
+            logits = torch.nn.functional.linear(hidden, head.weight.float(),
+                                                None if head.bias is None else head.bias.float())
+        logits = logits / trainer.temperature
+        pad = mask[:, -logits_to_keep:] == 0  # as TRL: 0 at padding (the completion mask drops them anyway)
+        logps.append(selective_log_softmax(logits, ids[:, -logits_to_keep:]).masked_fill(pad, 0.0))
+        if compute_entropy:
+            entropies.append(entropy_from_logits(logits).masked_fill(pad, 0.0))
+    return torch.cat(logps), torch.cat(entropies) if compute_entropy else None, None
+
+
 def _grpo_trainer_class():
     from trl import GRPOTrainer
 
@@ -526,6 +567,16 @@ def _grpo_trainer_class():
                 return super().training_step(model, inputs, num_items_in_batch)
             finally:
                 self.beta, self._dr_beta_held = beta, False
+
+        def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep,
+                                               batch_size=None, compute_entropy=False, compute_aux_loss=False,
+                                               **multimodal):
+            if not _completion_only_head(self, input_ids, compute_aux_loss, multimodal):
+                return super()._get_per_token_logps_and_entropies(
+                    model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
+                    compute_entropy=compute_entropy, compute_aux_loss=compute_aux_loss, **multimodal)
+            return _completion_logps(self, model, input_ids, attention_mask, logits_to_keep, batch_size,
+                                     compute_entropy)
 
         def _generate_and_score_completions(self, inputs):
             if getattr(self, "_dr_beta_held", False):
@@ -572,8 +623,9 @@ def _train(
         tokenizer.pad_token = tokenizer.eos_token
     if hasattr(reward, "eos_token_id"):
         reward.eos_token_id = tokenizer.eos_token_id
-    dtype = torch.bfloat16 if settings.bf16 else torch.float32
-    model = AutoModelForCausalLM.from_pretrained(str(base_checkpoint), dtype=dtype)
+    # float32 master weights always: with bf16 the trainer runs mixed precision (autocast), so AdamW's small updates
+    # (lr 1e-6 moves a weight by about 1e-6, far below bf16's resolution of 2**-8 relative) are not rounded away
+    model = AutoModelForCausalLM.from_pretrained(str(base_checkpoint), dtype=torch.float32)
     peft_config = None
     if settings.use_lora:
         from peft import LoraConfig
@@ -598,6 +650,10 @@ def _train(
         save_total_limit=settings.save_total_limit,
         logging_steps=settings.logging_steps,
         bf16=settings.bf16,
+        fp16=False,
+        gradient_checkpointing=settings.gradient_checkpointing,
+        # transformers accepts bf16 without a GPU only with use_cpu; accelerate then autocasts the CPU to bf16
+        use_cpu=settings.bf16 and not torch.cuda.is_available(),
         deepspeed=settings.deepspeed,
         scale_rewards=scale_rewards,
         use_vllm=False,
