@@ -76,10 +76,11 @@ def test_engine_samples_the_trainer_weights_after_a_sync(default_model_dir):
 @pytest.mark.integration
 @pytest.mark.slow
 def test_a_lora_sync_gives_the_engine_the_merged_model(default_model_dir, tmp_path):
-    """What the rollout engine samples after ``VLLMRollouts.sync`` of a PEFT model (adapter merged for the copy, then
-    unmerged) is the merged model: its greedy tokens and log-probabilities equal, bit for bit, those of a new engine
-    loaded from ``merge_and_unload()``'s saved checkpoint, in the machine's dtype (bf16 here: both engines round the
-    same float32 weights). The adapter is random (B not zero), so the merged model differs from the base."""
+    """What the rollout engine gets from ``VLLMRollouts.sync`` of a PEFT model is the merged model, and the trainer's
+    model is left exactly as it was: the synced tensors equal ``merge_and_unload()``'s bit for bit, and the engine's
+    greedy tokens and log-probabilities equal those of a new engine loaded from the merged checkpoint, in the
+    machine's dtype (bf16 here: both engines round the same float32 weights). The adapter is random (B not zero), so
+    the merged model differs from the base."""
     from types import SimpleNamespace
 
     import torch
@@ -88,7 +89,7 @@ def test_a_lora_sync_gives_the_engine_the_merged_model(default_model_dir, tmp_pa
 
     from dr_core.config import EngineConfig
     from dr_core.engines.vllm_engine import VLLMEngine
-    from dr_core.train.rollouts import VLLMRollouts
+    from dr_core.train.rollouts import VLLMRollouts, named_weights
 
     tok = AutoTokenizer.from_pretrained(default_model_dir)
     ids = [prompt_ids(tok, p) for p in PROMPTS]
@@ -113,8 +114,13 @@ def test_a_lora_sync_gives_the_engine_the_merged_model(default_model_dir, tmp_pa
     # the sync left the trainer's model as it was: adapter unmerged, base weights untouched
     assert torch.equal(model.get_base_model().model.layers[0].self_attn.q_proj.base_layer.weight, base_weight)
     assert all(torch.equal(p, adapter[n]) for n, p in model.named_parameters() if "lora_" in n)
+    synced_tensors = dict(named_weights(model))
+    merged = model.merge_and_unload()
+    reference_tensors = merged.state_dict()
+    assert synced_tensors.keys() <= reference_tensors.keys()
+    assert all(torch.equal(t, reference_tensors[n]) for n, t in synced_tensors.items())
     merged_dir = tmp_path / "merged"
-    model.merge_and_unload().save_pretrained(merged_dir)
+    merged.save_pretrained(merged_dir)
     tok.save_pretrained(merged_dir)
     fresh = VLLMEngine(EngineConfig(model=str(merged_dir), max_model_len=512, kv_cache_gib=0.25))
     try:

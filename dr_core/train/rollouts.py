@@ -64,15 +64,35 @@ def model_len(tokenizer, prompts: Sequence, max_completion_length: int) -> int:
     return max(256, int(math.ceil((longest + max_completion_length) / 256.0)) * 256)
 
 
+def _lora_layers(model) -> dict:
+    """{parameter name of a base weight: its LoRA layer} for every unmerged LoRA layer of a PEFT model; {} else."""
+    if not hasattr(model, "peft_config"):
+        return {}
+    from peft.tuners.lora import LoraLayer
+
+    return {f"{name}.base_layer.weight": module for name, module in model.named_modules()
+            if isinstance(module, LoraLayer) and not module.merged}
+
+
 def named_weights(model):
     """(Hugging Face name, tensor) of every weight of the trainer's model as a plain checkpoint would name it. A PEFT
-    model yields its merged base weights (the caller merges the adapter first); LoRA's own tensors are left out."""
+    model yields the merged weights, each LoRA layer's base weight plus its active adapters' delta computed one layer
+    at a time, as ``merge_and_unload`` adds it; the model itself is not touched (merging in place and unmerging
+    again would leave the float32 base weights a rounding away from where they were). LoRA's own tensors are left
+    out."""
+    lora = _lora_layers(model)
     for name, param in model.named_parameters():
         if "lora_" in name or ("modules_to_save" in name and "original_module" in name):
             continue
+        weight = param.detach()
+        layer = lora.get(name)
+        if layer is not None:
+            for adapter in layer.active_adapters:
+                if adapter in layer.lora_A:
+                    weight = weight + layer.get_delta_weight(adapter).to(weight.dtype)
         name = name.removeprefix("base_model.model.").replace(".base_layer.", ".")
         name = name.replace(".modules_to_save.default.", ".")
-        yield name, param.detach()
+        yield name, weight
 
 
 def kv_cache_gib(base_checkpoint: str, length: int, settings) -> float:
@@ -105,15 +125,11 @@ class VLLMRollouts:
     def sync(self, trainer) -> None:
         """Copy the trainer's current weights into the engine."""
         t = time.perf_counter()
+        import torch
+
         model = trainer.accelerator.unwrap_model(trainer.model)
-        merged = hasattr(model, "merge_adapter")
-        if merged:
-            model.merge_adapter()
-        try:
+        with torch.no_grad():  # the LoRA deltas are computed from trainable tensors
             self.engine.load_weights(named_weights(model))
-        finally:
-            if merged:
-                model.unmerge_adapter()
         self.synced_step = trainer.state.global_step
         self.syncs += 1
         self.sync_seconds += time.perf_counter() - t
