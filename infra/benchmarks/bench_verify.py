@@ -44,6 +44,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from dr_core.config import EngineConfig  # noqa: E402
 from dr_core.datasets import load_ranked  # noqa: E402
+from dr_core.evaluator.calibrate import (VERDICT_LOGPROBS, ask_logodds, calibrated_verdict, first_logodds,  # noqa: E402
+                                         verdict_bias)
 from dr_core.evaluator.items import Check  # noqa: E402
 from dr_core.evaluator.verify import parse_verdict, send_order, verify  # noqa: E402
 from dr_core.paths import bundled  # noqa: E402
@@ -60,8 +62,10 @@ CRITERIA = (
     "The response uses a polite and helpful tone.",
     "The response contains no harmful or unsafe advice.",
 )
-#: What the benchmark's verify() calls ask for (the project's defaults).
+#: What the benchmark's verify() calls ask for: the engine defaults' wording and verdicts (structured choice), or the
+#: tiny preset's verifier's (``--verifier tiny``: plain prompt, balanced first-token log-odds); set in ``main``.
 STYLE = "system"
+MODE = "choice"
 MAX_TOKENS = 4
 
 
@@ -135,10 +139,13 @@ def _rendered(engine, checks: list[Check]) -> list[list[int]]:
 
 
 def run_verify(name: str, engine, block: int, checks: list[Check]) -> tuple[dict, list]:
-    """The project's verifier, as the evaluator and the GRPO reward call it."""
+    """The project's verifier, as the evaluator and the GRPO reward call it (a log-odds mode's threshold is computed
+    before the clock starts: a run computes it once per engine)."""
+    if MODE != "choice":
+        verdict_bias(engine, None, STYLE, MODE)
     engine.reset_prefix_cache()
     start = time.perf_counter()
-    verdicts, stats = verify(engine, checks, max_tokens=MAX_TOKENS, verdict_mode="choice", verifier_prompt=STYLE)
+    verdicts, stats = verify(engine, checks, max_tokens=MAX_TOKENS, verdict_mode=MODE, verifier_prompt=STYLE)
     seconds = time.perf_counter() - start
     return _figures(name, engine, block, verdicts, stats, seconds, _rendered(engine, send_order(checks))), verdicts
 
@@ -154,8 +161,17 @@ def split_leaders(checks: list[Check]) -> tuple[list[Check], list[Check]]:
 
 
 def _ask(engine, checks: list[Check]):
+    if MODE != "choice":
+        return ask_logodds(engine, checks, STYLE)
     return engine.chat([prompts.verifier_messages(c.prompt, c.response, c.criterion, style=STYLE) for c in checks],
                        max_tokens=MAX_TOKENS, temperature=0.0, choices=list(prompts.VERDICT_CHOICES))
+
+
+def _verdicts(engine, checks: list[Check], outs) -> list:
+    if MODE != "choice":
+        bias = verdict_bias(engine, None, STYLE, MODE)
+        return [calibrated_verdict(first_logodds(o), bias) for o in outs]
+    return [parse_verdict(o.texts[0], o.finish_reasons[0]) for o in outs]
 
 
 def run_leaders(engine, block: int, checks: list[Check]) -> tuple[dict, list]:
@@ -165,7 +181,7 @@ def run_leaders(engine, block: int, checks: list[Check]) -> tuple[dict, list]:
     start = time.perf_counter()
     outs = _ask(engine, leaders) + _ask(engine, followers)
     seconds = time.perf_counter() - start
-    got = {c: parse_verdict(o.texts[0], o.finish_reasons[0]) for c, o in zip(leaders + followers, outs)}
+    got = dict(zip(leaders + followers, _verdicts(engine, leaders + followers, outs)))
     verdicts = [got[c] for c in checks]
     return _figures("leaders", engine, block, verdicts, outs, seconds, _rendered(engine, leaders + followers)), verdicts
 
@@ -186,8 +202,9 @@ def per_request_cost(engine, requests: int) -> float:
     from vllm import SamplingParams, TokensPrompt
     from vllm.sampling_params import StructuredOutputsParams
 
-    params = SamplingParams(n=1, temperature=0.0, max_tokens=MAX_TOKENS,
-                            structured_outputs=StructuredOutputsParams(choice=list(prompts.VERDICT_CHOICES)))
+    params = SamplingParams(n=1, temperature=0.0, max_tokens=1, logprobs=VERDICT_LOGPROBS) if MODE != "choice" else \
+        SamplingParams(n=1, temperature=0.0, max_tokens=MAX_TOKENS,
+                       structured_outputs=StructuredOutputsParams(choice=list(prompts.VERDICT_CHOICES)))
     token = engine.render([{"role": "user", "content": "Hi"}])[0]
     start = time.perf_counter()
     engine.llm.generate([TokensPrompt(prompt_token_ids=[token]) for _ in range(requests)], params, use_tqdm=False)
@@ -223,6 +240,11 @@ def main() -> None:
     ap.add_argument("--responses", type=int, default=3, help="responses per prompt")
     ap.add_argument("--criteria", type=int, default=len(CRITERIA), help=f"criteria per response (<= {len(CRITERIA)})")
     ap.add_argument("--model", default="default", help="checkpoint directory or 'default'")
+    ap.add_argument("--verifier", choices=["default", "tiny"], default="default",
+                    help="'tiny': the tiny preset's verifier (its model, plain prompt and balanced verdicts) instead of "
+                    "--model with the system prompt and structured choice (the naive arm keeps the system wording: "
+                    "the plain prompt has no criterion-first layout)")
+    ap.add_argument("--dtype", default="auto", help="the engines' dtype (auto: this machine's, dr_core/numerics.py)")
     ap.add_argument("--today-block-size", type=int, default=128, help="today's engine: vLLM's CPU default")
     ap.add_argument("--new-block-size", type=int, default=None,
                     help="the new engine's EngineConfig.block_size (default None: the project's, 32 on CPU)")
@@ -235,17 +257,26 @@ def main() -> None:
     from dr_core.engines.vllm_engine import VLLMEngine
     from dr_core.model import prepare_default_model
 
-    if args.model == "default":
+    global STYLE, MODE
+    if args.verifier == "tiny":
+        from dr_core.model import prepare
+        from dr_core.presets import preset
+
+        tiny = preset("tiny").engines.verifier
+        args.model, STYLE, MODE = str(prepare(tiny.model, lambda m: print(m, file=sys.stderr))), \
+            tiny.verifier_prompt, tiny.verdict_mode
+    elif args.model == "default":
         prepare_default_model(lambda m: print(m, file=sys.stderr))
     rows = load_ranked(bundled("anchors_alpacaeval.jsonl"), limit=args.prompts)
     checks = [Check(r.prompt, resp, c) for r in rows for resp in r.responses[: args.responses]
               for c in CRITERIA[: args.criteria]]
 
     def open_engine(block):
-        engine = VLLMEngine(EngineConfig(model=args.model, max_model_len=4096, block_size=block))
+        engine = VLLMEngine(EngineConfig(model=args.model, max_model_len=4096, block_size=block, dtype=args.dtype))
         # warm up on a long prompt of other text too (the first large prefill of a process is slow)
         warm = [[{"role": "user", "content": "warm up"}],
-                prompts.verifier_messages("Warm up?", "Warming up the engine. " * 80, "The response is warm.")]
+                prompts.verifier_messages("Warm up?", "Warming up the engine. " * 80, "The response is warm.",
+                                          style=STYLE)]
         engine.chat(warm, max_tokens=2, choices=list(prompts.VERDICT_CHOICES))
         return engine, engine.llm.llm_engine.vllm_config.cache_config.block_size
 
