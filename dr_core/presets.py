@@ -222,13 +222,19 @@ def _coevolve_presets() -> dict[str, CoevolveConfig]:
             # rollouts on an in-process vLLM engine (dr_core/train/rollouts.py), not transformers' generate
             # micro-batches of 2 rollouts (4 accumulation steps, one generation of all 8): the same update as one
             # batch of 8 (the loss is normalised over the whole generation), a quarter of the activation memory
-            generator=GRPOSettings(learning_rate=5e-6, num_generations=4, max_completion_length=128,
+            # LoRA (rank 16, alpha 32, every linear layer) at 10x the full update's learning rate: measured faster
+            # and smaller on both updates (infra/benchmarks/bench_grpo_step.py; README "Performance"). Why 10x: the
+            # adapter's B starts at 0 and the update W + (alpha/r) B A moves W through a rank-16 product, so a step
+            # at the same rate moves the model far less than a full update; across model sizes and tasks the best
+            # LoRA rate was about 10x the best full fine-tuning rate (Schulman et al. 2025, "LoRA Without Regret",
+            # Thinking Machines: also that in RL even low ranks match full fine-tuning).
+            generator=GRPOSettings(learning_rate=5e-5, num_generations=4, max_completion_length=128,
                                    per_device_train_batch_size=2, gradient_accumulation_steps=4, max_steps=1,
-                                   save_steps=1, temperature=1.0, rollouts="vllm"),
+                                   save_steps=1, temperature=1.0, rollouts="vllm", use_lora=True),
             # two groups (prompts) per step: one group whose K scores tie does not stop the step's gradient
-            policy=GRPOSettings(learning_rate=1e-6, num_generations=tiny.k, max_completion_length=64,
+            policy=GRPOSettings(learning_rate=1e-5, num_generations=tiny.k, max_completion_length=64,
                                 per_device_train_batch_size=2 * tiny.k, max_steps=2, save_steps=1,
-                                rubric_max_tokens=tiny.generator_max_tokens, rollouts="vllm"),
+                                rubric_max_tokens=tiny.generator_max_tokens, rollouts="vllm", use_lora=True),
         ),
         "paper": CoevolveConfig(
             preset="paper",

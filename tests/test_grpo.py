@@ -267,6 +267,35 @@ def test_training_resumes_from_its_last_checkpoint(tiny_llama_dir, tmp_path):
 
 
 @pytest.mark.slow
+def test_a_lora_update_resumes_and_saves_the_merged_model(tiny_llama_dir, tmp_path):
+    """The tiny preset trains LoRA adapters: a crashed LoRA update resumes from its adapter checkpoint, and the final
+    checkpoint is a plain model (the adapter merged in, no PEFT files) whose linear layers moved and whose embeddings,
+    which LoRA does not train, did not."""
+    rows = [PolicyRow(i, f"p{i}", q) for i, q in enumerate(["Name a fruit.", "Say hi."])]
+    settings = GRPOSettings(**{**TINY, "max_steps": 3, "use_lora": True, "lora_r": 4, "lora_alpha": 8})
+    calls = []
+
+    def crash_on_third_call(records):
+        calls.append(records)
+        if len(calls) == 3:
+            raise RuntimeError("simulated crash")
+
+    gen = fake_engine(_rubric_json(("a", 1), ("e", 2)))
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        grpo.train_policy(tiny_llama_dir, rows, gen, fake_engine(), settings, tmp_path / "p", crash_on_third_call)
+    assert (grpo.last_checkpoint(tmp_path / "p" / "checkpoints") / "adapter_model.safetensors").is_file()
+    result = grpo.train_policy(tiny_llama_dir, rows, gen, fake_engine(), settings, tmp_path / "p")
+    assert result.resumed_from.endswith("checkpoint-2") and result.steps == 3
+    final = tmp_path / "p" / "final"
+    assert grpo.is_complete(final) and not (final / "adapter_config.json").exists()
+    base, trained = _weights(tiny_llama_dir), _weights(final)
+    assert trained.keys() == base.keys()
+    linear = [k for k in base if k.endswith("proj.weight")]
+    assert linear and _changed({k: base[k] for k in linear}, {k: trained[k] for k in linear})
+    assert (trained["model.embed_tokens.weight"] == base["model.embed_tokens.weight"]).all()
+
+
+@pytest.mark.slow
 def test_resume_checkpoints_kept_on_request(tiny_llama_dir, tmp_path):
     rows = [PolicyRow(i, f"p{i}", q) for i, q in enumerate(["Name a fruit.", "Say hi."])]
     settings = GRPOSettings(**{**TINY, "max_steps": 1, "keep_resume_checkpoints": True})
