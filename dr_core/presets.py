@@ -111,14 +111,23 @@ PAPER_ENGINE = dict(dtype="bfloat16", max_model_len=32768, enforce_eager=False, 
 #: procedure whose verdicts vary most (yes-rate 0.58-0.62, mean R_disc 0.10-0.16) with the best obvious-probe
 #: accuracy but one (0.67); structured choice said no to 82-99 % of the same checks, contextual calibration yes to
 #: 77-87 %. SmolLM2-135M with the original prompt says yes to every check: no score could differ. Generator and policy
-#: stay SmolLM2 (they are the trained models; the verifier is frozen). 0.5 GiB of KV cache (21k tokens at its 24 KB
-#: per token) holds every check of a round's sets with their shared prefixes.
-TINY_VERIFIER = dict(model="qwen2.5-coder-0.5b-instruct", verifier_prompt="plain", verdict_mode="balanced",
-                     kv_cache_gib=0.5)
+#: stay SmolLM2 (they are the trained models; the verifier is frozen). A KV cache of 21k tokens (0.5 GiB at its 24 KB
+#: per token in float32, 0.25 GiB in bf16: ``_kv_gib``) holds every check of a round's sets with their shared prefixes.
+TINY_VERIFIER = dict(model="qwen2.5-coder-0.5b-instruct", verifier_prompt="plain", verdict_mode="balanced")
 
-#: The tiny preset's generator and policy: SmolLM2-135M (the default model) with a 0.5 GiB KV cache (11k tokens at
-#: its 46 KB per token), ample for 4 prompts x K=4 and the rubric prompts; the default 2 GiB only costs memory.
-TINY_TRAINED = dict(kv_cache_gib=0.5)
+#: The tiny preset's generator and policy: SmolLM2-135M (the default model) with a KV cache of 11k tokens (0.5 GiB at
+#: its 46 KB per token in float32, 0.25 GiB in bf16), ample for 4 prompts x K=4 and the rubric prompts; the default
+#: 2 GiB only costs memory.
+TINY_TRAINED: dict = {}
+
+#: KV cache of the tiny preset's engines in float32, GiB; a 2-byte dtype holds the same tokens in half the bytes.
+TINY_KV_GIB_FLOAT32 = 0.5
+
+
+def _kv_gib(engine: dict) -> dict:
+    """The engine's fields with the tiny preset's KV cache for its resolved dtype (the same tokens in every dtype)."""
+    dtype = EngineConfig(**engine).dtype
+    return {**engine, "kv_cache_gib": TINY_KV_GIB_FLOAT32 / (1 if dtype == "float32" else 2)}
 
 #: The shipped round presets' names (``preset``).
 PRESET_NAMES = ("tiny", "paper")
@@ -128,9 +137,9 @@ def _round_preset(name: str) -> RoundConfig:
     """A preset, built now: the engines' ``dtype: auto`` is resolved for this machine when it is built
     (dr_core/numerics.py), so a preset is data, not a config fixed at import."""
     if name == "tiny":
-        trained = EngineConfig(**TINY_TRAINED)
+        trained = EngineConfig(**_kv_gib(TINY_TRAINED))
         return RoundConfig(preset="tiny", n_anchor=3, eval_limit=4,
-                           engines=EnginesConfig(generator=trained, verifier=EngineConfig(**TINY_VERIFIER),
+                           engines=EnginesConfig(generator=trained, verifier=EngineConfig(**_kv_gib(TINY_VERIFIER)),
                                                  policy=trained))
     if name == "paper":
         engine = EngineConfig(**PAPER_ENGINE)

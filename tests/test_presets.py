@@ -47,6 +47,9 @@ def test_the_presets_numerics_follow_the_hardware(monkeypatch):
         monkeypatch.setattr(numerics, "bf16_reason", lambda native=native: (native, "test"))
         cfg = coevolve_preset("tiny")
         assert {getattr(cfg.round.engines, r).dtype for r in ("generator", "verifier", "policy")} == {dtype}
+        # the same KV-cache tokens in either dtype: bf16 takes half the bytes per token
+        assert {getattr(cfg.round.engines, r).kv_cache_gib for r in ("generator", "verifier", "policy")} == \
+            {0.25 if native else 0.5}
         assert cfg.generator.bf16 is native and cfg.policy.bf16 is native
         assert GRPOSettings().bf16 is native and GRPOSettings(bf16=False).bf16 is False
         paper = coevolve_preset("paper")
