@@ -55,22 +55,20 @@ RUBRIC_EXAMPLE = (
 )
 
 GENERATOR_SYSTEM = (
-    "You write grading rubrics. A rubric is a short list of yes/no criteria, each with a weight from "
-    f"{WEIGHT_MIN} (minor) to {WEIGHT_MAX} (essential). Each criterion is checked on one response at a time, "
-    "so it must make sense on its own: never mention response numbers."
+    f"You write grading rubrics: short lists of yes/no criteria, each weighted {WEIGHT_MIN} (minor) to {WEIGHT_MAX} "
+    "(essential). A criterion is checked on one response at a time, so never mention response numbers."
 )
 
-DYNAMIC_GENERATOR_TEMPLATE = """Here is a user prompt and {n} candidate responses to it.
-
-[PROMPT]
+#: The rollout's prompt is most of what a generator GRPO step computes (the trainer's forward and backward passes run
+#: over prompt + rubric), so it carries no words the model does not need: the section markers open a section and the
+#: next marker closes it, and the instructions say once what the rubric is for (README "Performance": tokens).
+DYNAMIC_GENERATOR_TEMPLATE = """[PROMPT]
 {prompt}
-[END PROMPT]
 
 {candidates}
 
-Write {min_items} to {max_items} yes/no criteria that separate the better responses from the worse ones: \
-look at how the candidates differ (correctness, completeness, following the instructions, safety, clarity) \
-and write criteria that some candidates meet and others do not. Give important criteria higher weights.
+Write {min_items} to {max_items} yes/no criteria that the better of these {n} responses meet and the worse ones do \
+not (correctness, completeness, following the instructions, safety, clarity). Weight important criteria higher.
 
 {answer_format}"""
 
@@ -81,10 +79,7 @@ LINE_RUBRIC_EXAMPLE = (
     "[5] The response names at least three specific examples.\n"
     "[2] The response is under 200 words."
 )
-LINES_ANSWER_FORMAT = (
-    "Answer with one criterion per line. Start each line with the weight in square brackets, then the "
-    "criterion. For example:\n{example}"
-)
+LINES_ANSWER_FORMAT = "One criterion per line: the weight in square brackets, then the criterion. For example:\n{example}"
 #: The start of the first line, appended after the chat template's generation prompt for "lines" rollouts: it keeps a
 #: small model in the format (measured on SmolLM2-135M: 16/16 rollouts parse with it, 1/16 with "[" alone). The
 #: first item's weight is therefore 3, the middle of the scale.
@@ -102,7 +97,7 @@ Write {min_items} to {max_items} yes/no criteria that a good response to this pr
 Answer with JSON only, in this format:
 {example}"""
 
-CANDIDATE_TEMPLATE = "[RESPONSE {label}]\n{text}\n[END RESPONSE {label}]"
+CANDIDATE_TEMPLATE = "[RESPONSE {label}]\n{text}"
 
 VERIFIER_SYSTEM = (
     "You check one criterion on one response. Answer yes if the response meets the criterion, otherwise no. "
