@@ -46,8 +46,11 @@ def adopt_engine(cfg: EngineConfig, engine: Engine) -> None:
 
 def keep_engines(*configs: EngineConfig) -> None:
     """Close the process's engines other than those for ``configs``: a training step keeps the engines its rewards
-    use and frees the rest (their weights and KV caches) for the trainer."""
-    _POOL.keep_only(configs)
+    use and frees the rest (their weights and KV caches) for the trainer, pages returned to the OS before it loads."""
+    if _POOL.keep_only(configs):
+        from dr_core.resources import return_freed_memory
+
+        return_freed_memory()
 
 
 def close_engines() -> None:

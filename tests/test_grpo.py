@@ -267,12 +267,18 @@ def test_training_resumes_from_its_last_checkpoint(tiny_llama_dir, tmp_path):
 
 
 @pytest.mark.slow
-def test_a_lora_update_resumes_and_saves_the_merged_model(tiny_llama_dir, tmp_path):
+@pytest.mark.parametrize("bf16", [False, True])
+def test_a_lora_update_resumes_and_saves_the_merged_model(tiny_llama_dir, tmp_path, bf16):
     """The tiny preset trains LoRA adapters: a crashed LoRA update resumes from its adapter checkpoint, and the final
-    checkpoint is a plain model (the adapter merged in, no PEFT files) whose linear layers moved and whose embeddings,
-    which LoRA does not train, did not."""
+    checkpoint is a plain float32 model (the adapter merged in, no PEFT files) whose linear layers moved and whose
+    embeddings, which LoRA does not train, did not, and whose linear weights are not rounded to bf16 (bf16 mixed
+    precision; the bf16 base of vLLM rollouts is tested in test_lora_bf16_base_*)."""
+    from dr_core.numerics import native_bf16
+
+    if bf16 and not native_bf16():
+        pytest.skip("bf16 is emulated on this CPU (dr_core/numerics.py): its training runs in float32")
     rows = [PolicyRow(i, f"p{i}", q) for i, q in enumerate(["Name a fruit.", "Say hi."])]
-    settings = GRPOSettings(**{**TINY, "max_steps": 3, "use_lora": True, "lora_r": 4, "lora_alpha": 8})
+    settings = GRPOSettings(**{**TINY, "max_steps": 3, "use_lora": True, "lora_r": 4, "lora_alpha": 8, "bf16": bf16})
     calls = []
 
     def crash_on_third_call(records):
@@ -293,6 +299,54 @@ def test_a_lora_update_resumes_and_saves_the_merged_model(tiny_llama_dir, tmp_pa
     linear = [k for k in base if k.endswith("proj.weight")]
     assert linear and _changed({k: base[k] for k in linear}, {k: trained[k] for k in linear})
     assert (trained["model.embed_tokens.weight"] == base["model.embed_tokens.weight"]).all()
+    import torch
+    from safetensors.torch import load_file
+
+    stored = load_file(str(final / "model.safetensors"))
+    assert {t.dtype for t in stored.values()} == {torch.float32}
+    for k in linear:  # the base's float32 precision is kept: the update is small, and not a bf16 rounding
+        assert (trained[k] - base[k]).abs().max() < 0.5
+        assert (trained[k] != trained[k].to(torch.bfloat16).float()).float().mean() > 0.5
+
+
+def test_lora_bf16_base_gives_the_same_forward_and_merges_onto_the_float32_base(tiny_llama_dir, tmp_path):
+    """``dr_core.train.lora``: a LoRA model whose frozen linear weights are bf16 computes, under bf16 autocast, the
+    logits of the same model with float32 linear weights (autocast casts them to bf16 for the matmul anyway), and
+    ``save_merged`` writes the float32 base plus the adapters' deltas, bit for bit what PEFT merges onto the float32
+    model."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    from dr_core.train import lora
+
+    def peft(bf16_base: bool):
+        model = AutoModelForCausalLM.from_pretrained(tiny_llama_dir, dtype=torch.float32)
+        if bf16_base:
+            assert lora.bf16_linears(model) > 0
+        torch.manual_seed(0)
+        return get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear",
+                                                init_lora_weights=False))
+
+    ref, ours = peft(False), peft(True)
+    adapters = {n: p for n, p in ours.named_parameters() if "lora_" in n}
+    with torch.no_grad():  # the same adapters on both (PEFT initialised ours in bf16 before casting them up)
+        for n, p in ref.named_parameters():
+            if "lora_" in n:
+                p.copy_(adapters[n])
+    assert not lora.has_bf16_base(ref) and lora.has_bf16_base(ours)
+    assert all(p.dtype == torch.float32 for n, p in ours.named_parameters() if p.requires_grad)  # the adapters
+    assert ours.get_base_model().model.embed_tokens.weight.dtype == torch.float32
+    ids = torch.randint(5, 1000, (2, 16))
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        assert torch.equal(ref(input_ids=ids).logits, ours(input_ids=ids).logits)
+    lora.save_merged(ours, tiny_llama_dir, tmp_path / "ours")
+    ref.merge_and_unload().save_pretrained(tmp_path / "ref")
+    got = load_file(str(tmp_path / "ours" / "model.safetensors"))
+    want = load_file(str(tmp_path / "ref" / "model.safetensors"))
+    assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want)
+    assert {t.dtype for t in got.values()} == {torch.float32}
 
 
 @pytest.mark.slow

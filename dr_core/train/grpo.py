@@ -95,6 +95,8 @@ from dr_core.evaluator.generate import shuffled_order
 from dr_core.evaluator.items import EvalItem, GeneratedRubric
 from dr_core.evaluator.score import evaluate_sets, score_rubrics
 from dr_core import faults, progress
+from dr_core.resources import return_freed_memory
+from dr_core.train import lora
 from dr_core.rubric import prompts
 from dr_core.store.atomic import publish_dir, write_atomic
 from dr_core.constants import COMPLETE_MARKER
@@ -630,6 +632,9 @@ def _train(
     if settings.use_lora:
         from peft import LoraConfig
 
+        if lora.bf16_base_fits(settings, torch.cuda.is_available()):
+            lora.bf16_linears(model)  # frozen linear weights in bf16: what autocast computes with anyway
+
         peft_config = LoraConfig(
             r=settings.lora_r, lora_alpha=settings.lora_alpha, target_modules="all-linear", task_type="CAUSAL_LM"
         )
@@ -692,6 +697,7 @@ def _train(
     finally:
         if rollouts is not None:
             rollouts.close()  # free the engine (its model and KV cache) before the save
+            return_freed_memory()  # and give its pages back: the save's copies come on top of what is resident
     steps = int(trainer.state.global_step)
 
     partial = out_dir / f"{FINAL_DIR}.partial"
@@ -701,8 +707,11 @@ def _train(
     trainer.accelerator.wait_for_everyone()
     if settings.use_lora:
         if main:
-            merged = trainer.accelerator.unwrap_model(trainer.model).merge_and_unload()
-            merged.save_pretrained(partial)
+            peft_model = trainer.accelerator.unwrap_model(trainer.model)
+            if lora.has_bf16_base(peft_model):  # merged onto the float32 base, never onto its bf16 copy
+                lora.save_merged(peft_model, base_checkpoint, partial)
+            else:
+                peft_model.merge_and_unload().save_pretrained(partial)
     else:
         trainer.save_model(str(partial))  # every rank: gathers ZeRO-3 shards
     history = list(reward.history)

@@ -77,9 +77,9 @@ def _lora_layers(model) -> dict:
 def named_weights(model):
     """(Hugging Face name, tensor) of every weight of the trainer's model as a plain checkpoint would name it. A PEFT
     model yields the merged weights, each LoRA layer's base weight plus its active adapters' delta computed one layer
-    at a time, as ``merge_and_unload`` adds it; the model itself is not touched (merging in place and unmerging
-    again would leave the float32 base weights a rounding away from where they were). LoRA's own tensors are left
-    out."""
+    at a time, as ``merge_and_unload`` adds it (in float32 over a bf16 base); the model itself is not touched
+    (merging in place and unmerging again would leave the float32 base weights a rounding away from where they
+    were). LoRA's own tensors are left out."""
     lora = _lora_layers(model)
     for name, param in model.named_parameters():
         if "lora_" in name or ("modules_to_save" in name and "original_module" in name):
@@ -88,8 +88,9 @@ def named_weights(model):
         layer = lora.get(name)
         if layer is not None:
             for adapter in layer.active_adapters:
-                if adapter in layer.lora_A:
-                    weight = weight + layer.get_delta_weight(adapter).to(weight.dtype)
+                if adapter in layer.lora_A:  # in the adapter's float32 also over a bf16 base (dr_core/train/lora.py)
+                    delta = layer.get_delta_weight(adapter)
+                    weight = weight.to(delta.dtype) + delta
         name = name.removeprefix("base_model.model.").replace(".base_layer.", ".")
         name = name.replace(".modules_to_save.default.", ".")
         yield name, weight
