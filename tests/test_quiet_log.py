@@ -24,13 +24,13 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[1]
 ENGINES = Path(__file__).resolve().parent / "engines_smollm2.yaml"
 #: The smallest co-evolution round: every role on the default model, 2 prompts x K=2, one GRPO step per update,
-#: no round 0 and no policy evaluation.
+#: no round 0, the in-loop policy evaluation on 2 held-out prompts.
 SMALL = ["round.n_prompts=2", "round.k=2", "round.n_anchor=3", "round.eval_limit=2", "round.policy_max_tokens=24",
          "round.generator_max_tokens=160", "generator.max_steps=1", "generator.num_generations=2",
          "generator.per_device_train_batch_size=2", "generator.gradient_accumulation_steps=1",
          "generator.max_completion_length=48", "policy.max_steps=1",
          "policy.max_completion_length=24", "policy.rubric_max_tokens=160", "measure_start=false",
-         "policy_eval=null"]
+         "policy_eval.limit=2", "policy_eval.max_tokens=16"]
 
 #: Lines of today's main job that a user cannot act on (written out literally: this is what must not come back).
 NOISE = [
@@ -105,6 +105,7 @@ def test_one_round_trains_both_and_stores_what_it_did(runs):
     (r1,) = first["rounds"]
     assert first["steps"]["r1/train-generator"]["state"] == "Completed"
     assert first["steps"]["r1/train-policy"]["state"] == "Completed"
+    assert first["steps"]["r1/evaluate-policy"]["state"] == "Completed"  # P(1) against P(0), in the flow
     s = Store.from_url(runs["store"])
     gen, pol = checkpoints.latest(s, "quiet", "generator"), checkpoints.latest(s, "quiet", "policy")
     assert gen["round"] == 1 and gen["parent"] == "default" and gen["uri"] == r1["generator"]
