@@ -243,10 +243,8 @@ def test_unparseable_rollouts_get_the_floor_and_no_advantage(tiny_llama_dir, tmp
     assert result.history[0]["unparseable"] == len(records)
 
 
-@pytest.mark.slow
-def test_training_resumes_from_its_last_checkpoint(tiny_llama_dir, tmp_path):
-    rows = [PolicyRow(i, f"p{i}", q) for i, q in enumerate(["Name a fruit.", "Say hi."])]
-    settings = GRPOSettings(**{**TINY, "max_steps": 3})
+def _train_until_a_crash_at_the_third_step(model_dir, rows, gen, settings, out) -> None:
+    """A policy update whose rollout sink raises at the third step's rewards (its first two checkpoints saved)."""
     calls = []
 
     def crash_on_third_call(records):
@@ -254,9 +252,16 @@ def test_training_resumes_from_its_last_checkpoint(tiny_llama_dir, tmp_path):
         if len(calls) == 3:
             raise RuntimeError("simulated crash")
 
-    gen = fake_engine(_rubric_json(("a", 1), ("e", 2)))
     with pytest.raises(RuntimeError, match="simulated crash"):
-        grpo.train_policy(tiny_llama_dir, rows, gen, fake_engine(), settings, tmp_path / "p", crash_on_third_call)
+        grpo.train_policy(model_dir, rows, gen, fake_engine(), settings, out, crash_on_third_call)
+
+
+@pytest.mark.slow
+def test_training_resumes_from_its_last_checkpoint(tiny_llama_dir, tmp_path):
+    rows = [PolicyRow(i, f"p{i}", q) for i, q in enumerate(["Name a fruit.", "Say hi."])]
+    settings = GRPOSettings(**{**TINY, "max_steps": 3})
+    gen = fake_engine(_rubric_json(("a", 1), ("e", 2)))
+    _train_until_a_crash_at_the_third_step(tiny_llama_dir, rows, gen, settings, tmp_path / "p")
     assert not (tmp_path / "p" / "final").exists()
     assert grpo.last_checkpoint(tmp_path / "p" / "checkpoints").name == "checkpoint-2"
     result = grpo.train_policy(tiny_llama_dir, rows, gen, fake_engine(), settings, tmp_path / "p")
@@ -279,16 +284,8 @@ def test_a_lora_update_resumes_and_saves_the_merged_model(tiny_llama_dir, tmp_pa
         pytest.skip("bf16 is emulated on this CPU (dr_core/numerics.py): its training runs in float32")
     rows = [PolicyRow(i, f"p{i}", q) for i, q in enumerate(["Name a fruit.", "Say hi."])]
     settings = GRPOSettings(**{**TINY, "max_steps": 3, "use_lora": True, "lora_r": 4, "lora_alpha": 8, "bf16": bf16})
-    calls = []
-
-    def crash_on_third_call(records):
-        calls.append(records)
-        if len(calls) == 3:
-            raise RuntimeError("simulated crash")
-
     gen = fake_engine(_rubric_json(("a", 1), ("e", 2)))
-    with pytest.raises(RuntimeError, match="simulated crash"):
-        grpo.train_policy(tiny_llama_dir, rows, gen, fake_engine(), settings, tmp_path / "p", crash_on_third_call)
+    _train_until_a_crash_at_the_third_step(tiny_llama_dir, rows, gen, settings, tmp_path / "p")
     assert (grpo.last_checkpoint(tmp_path / "p" / "checkpoints") / "adapter_model.safetensors").is_file()
     result = grpo.train_policy(tiny_llama_dir, rows, gen, fake_engine(), settings, tmp_path / "p")
     assert result.resumed_from.endswith("checkpoint-2") and result.steps == 3
