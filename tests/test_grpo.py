@@ -472,14 +472,16 @@ def test_one_step_update_without_a_reference_model_is_the_same_update(tiny_llama
 @pytest.mark.slow
 @pytest.mark.parametrize("bf16", [False, True])
 def test_completion_only_log_probs_equal_trls_fused_head(tiny_llama_dir, tmp_path, bf16):
-    """On one CPU process the trainer scores only the completion positions (``_completion_logps``) instead of TRL's
-    fused LM head over every position: the same log-probabilities, entropies and gradient as TRL's own method, in
+    """On one CPU process the trainer scores only the completion positions
+    (``dr_core.train.logprobs.completion_logps``) instead of TRL's fused LM head over every position: the same log-probabilities, entropies and gradient as TRL's own method, in
     float32 and under bf16 autocast (where the head runs in float32 on both sides), with padding and a
     ``batch_size`` that splits the batch."""
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
+
+    from dr_core.train import logprobs
 
     tok = AutoTokenizer.from_pretrained(tiny_llama_dir)
     args = GRPOConfig(output_dir=str(tmp_path), num_generations=2, per_device_train_batch_size=2, max_steps=1,
@@ -489,7 +491,7 @@ def test_completion_only_log_probs_equal_trls_fused_head(tiny_llama_dir, tmp_pat
         model=AutoModelForCausalLM.from_pretrained(tiny_llama_dir, dtype=torch.float32), args=args,
         reward_funcs=[lambda completions, **_: [0.0] * len(completions)],
         train_dataset=Dataset.from_list([{"prompt": "hi"}]), processing_class=tok)
-    assert grpo._completion_only_head(trainer, torch.zeros(1, dtype=torch.long), False, {"pixel_values": None})
+    assert logprobs.completion_only_head(trainer, torch.zeros(1, dtype=torch.long), False, {"pixel_values": None})
     torch.manual_seed(0)
     ids = torch.randint(5, len(tok) - 1, (3, 20))
     mask = torch.ones_like(ids)

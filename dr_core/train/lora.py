@@ -20,7 +20,7 @@ from pathlib import Path
 def bf16_base_fits(settings, cuda: bool) -> bool:
     """Whether a LoRA update holds its frozen linear weights in bf16: bf16 training on the CPU with rollouts on the
     vLLM engine, where every forward pass of the trainer runs under autocast (the log-probabilities of one CPU
-    process: ``grpo._completion_logps``). TRL's own ``generate`` (``rollouts='trl'``) runs without autocast and would
+    process: ``logprobs.completion_logps``). TRL's own ``generate`` (``rollouts='trl'``) runs without autocast and would
     meet float32 activations in a bf16 layer."""
     return settings.use_lora and settings.bf16 and settings.rollouts == "vllm" and not cuda
 
