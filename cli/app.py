@@ -418,13 +418,20 @@ def eval_evaluator(
 # -- policy evaluation: pairwise win rate against a baseline, verifiable tasks (logic in dr_core/runs/policy_eval.py) --
 @app.command("eval-policy")
 def eval_policy(
-    policy: str = typer.Option(..., "--policy", help="the policy: 'default', a checkpoint directory, or a URL"),
+    policy: str = typer.Option(..., "--policy", help="the policy: 'default', a checkpoint directory, a URL, or a "
+                               'JSONL file of its saved answers {"id","answer"} (nothing is generated)'),
     data: Path = typer.Option(..., "--data", help='JSON Lines: {"id","prompt","baseline"?} (pairwise) or '
                               '{"prompt","answer"} (--task)'),
     judge: str = typer.Option(None, "--judge", help="pairwise judge: 'default', a checkpoint directory, or "
                               "http(s)://host:port/v1[#served-model-name] (an OpenAI-compatible server)"),
     baseline: str = typer.Option(None, "--baseline", help="a model (default | checkpoint | URL) that answers too, "
-                                 "or a JSONL file of baseline answers by id; omitted: the data file's 'baseline'"),
+                                 'or a JSONL file of saved answers by id ({"id","answer"}, or {"id","baseline"}); '
+                                 "omitted: the data file's 'baseline'"),
+    judge_procedure: str = typer.Option("logodds", "--judge-procedure", help="logodds: A-vs-B first-token log-odds "
+                                        "in both orders, averaged so the order cancels; choice: structured A/B in "
+                                        "both orders, a split is a tie"),
+    tie_threshold: float = typer.Option(0.01, "--tie-threshold", help="logodds: |d| (nats) at or below which a "
+                                        "pair is a tie"),
     task: str = typer.Option(None, "--task", help="verifiable task instead of a judge: exact | numeric | math"),
     limit: int = typer.Option(None, "--limit", help="evaluate the first N prompts (the whole file is validated)"),
     max_tokens: int = typer.Option(256, "--max-tokens", help="longest answer, tokens"),
@@ -461,7 +468,8 @@ def eval_policy(
     try:
         metrics, recs = run_eval_policy(
             policy=policy, data=data, judge=judge, baseline=baseline, task=task, limit=limit, max_tokens=max_tokens,
-            seed=seed, max_model_len=max_model_len, api_key=os.environ.get("DR_JUDGE_API_KEY"), log=_log,
+            seed=seed, max_model_len=max_model_len, api_key=os.environ.get("DR_JUDGE_API_KEY"),
+            procedure=judge_procedure, threshold=tie_threshold, log=_log,
         )
     except (DataError, ConfigError, ValueError, ModelError, EngineError) as exc:
         fail(str(exc))
@@ -471,7 +479,8 @@ def eval_policy(
                 show_header=False)
     keys = (("n", "policy_accuracy", "baseline_accuracy", "accuracy_delta", "policy_no_answer") if task else
             ("n", "win_rate", "win_rate_ci95", "tie_rate", "wins", "ties", "losses", "unscorable",
-             "policy_mean_chars", "baseline_mean_chars", "judge_position_a_rate"))
+             "identical_answers", "policy_mean_chars", "baseline_mean_chars", "judge_procedure",
+             "judge_position_bias", "judge_position_a_rate", "judge_fallback"))
     for key in keys:
         if key in metrics:
             val = metrics[key]

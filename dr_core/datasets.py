@@ -24,7 +24,7 @@ from typing import Callable, Iterator, TypeVar
 
 T = TypeVar("T")
 
-FORMATS = ("ranked", "pairwise", "listwise", "sets", "prompts", "policy_eval", "verifiable")
+FORMATS = ("ranked", "pairwise", "listwise", "sets", "prompts", "policy_eval", "verifiable", "answers")
 
 
 class DataError(ValueError):
@@ -87,6 +87,15 @@ class PromptRow:
     id: str
     prompt: str
     baseline: str | None = None
+    line: int = dc_field(default=0, compare=False)
+
+
+@dataclass(frozen=True)
+class AnswerRow:
+    """A saved answer to a prompt of a data file, matched by ``id`` (``dr eval-policy --policy/--baseline FILE``)."""
+
+    id: str
+    answer: str
     line: int = dc_field(default=0, compare=False)
 
 
@@ -188,6 +197,10 @@ def _verifiable(ln: _Line) -> VerifiableRow:
     return VerifiableRow(row_id, ln.str("prompt"), ans, ln.lineno)
 
 
+def _answer(ln: _Line) -> AnswerRow:
+    return AnswerRow(ln.id(), ln.str("answer", nonempty=False), ln.lineno)
+
+
 _PARSERS: dict[str, Callable[[_Line], object]] = {
     "ranked": _ranked,
     "pairwise": _pair,
@@ -196,6 +209,7 @@ _PARSERS: dict[str, Callable[[_Line], object]] = {
     "prompts": _prompt,
     "policy_eval": _prompt,
     "verifiable": _verifiable,
+    "answers": _answer,
 }
 
 

@@ -186,6 +186,14 @@ class PolicyEvalConfig(BaseModel):
     judge: EngineConfig | None = Field(
         None, description="The pairwise judge's engine; None: the round's verifier engine (no extra model loaded)."
     )
+    judge_procedure: Literal["logodds", "choice"] = Field(
+        "logodds", description="How the judge decides (dr_core/evaluator/judge.py): 'logodds', the A-vs-B first-token "
+        "log-odds in both orders averaged so that the order cancels (an in-process judge then runs in float32); "
+        "'choice', structured A/B in both orders."
+    )
+    tie_threshold: float = Field(
+        0.01, ge=0, description="'logodds': |d| (nats) at or below which P(t) and P(0) tie on a prompt."
+    )
 
 
 class CoevolveConfig(BaseModel):

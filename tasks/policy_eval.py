@@ -20,6 +20,7 @@ from dr_core.store import sql
 from dr_core.config import EngineConfig
 from dr_core.model import is_bundled
 from dr_core.datasets import load
+from dr_core.evaluator.judge import judge_engine_config
 from dr_core.runs.round_steps import dataset_name, resolve_data
 from dr_core.presets import CoevolveConfig
 from dr_core.store.artifacts import Store
@@ -56,15 +57,15 @@ def evaluate_policy(cfg: CoevolveConfig, policy: dict, store: str, run_id: str, 
         raise ValueError(f"{path}: {len(overlap)} held-out prompt(s) also used in training or anchors: {shown}")
     pol_cfg = _policy_engine(cfg, s, policy)
     base_cfg = cfg.round.engines.policy
-    judge_cfg = pe.judge or cfg.round.engines.verifier
+    judge_cfg = judge_engine_config(pe.judge or cfg.round.engines.verifier, pe.judge_procedure)
     metrics, _records = policy_eval.evaluate_pairwise(
         engine_for(pol_cfg), engine_for(judge_cfg), rows, baseline=engine_for(base_cfg),
-        max_tokens=pe.max_tokens, seed=cfg.round.seed,
+        max_tokens=pe.max_tokens, seed=cfg.round.seed, procedure=pe.judge_procedure, threshold=pe.tie_threshold,
     )
     eval_rows = policy_eval.eval_rows(metrics, benchmark=f"{dataset_name(pe.data)}.vs-P0",
                                       checkpoint=policy["fingerprint"],
                                       judge=model_id(judge_cfg), seed=cfg.round.seed)
     ref = write_ref(s, "eval", eval_rows, "policy-eval", run_id=run_id, round=round_no)
     keep = ("n", "unscorable", "win_rate", "tie_rate", "win_rate_ci95", "policy_mean_chars", "baseline_mean_chars",
-            "judge_position_a_rate", "judge")
+            "judge_position_a_rate", "judge_position_bias", "judge_procedure", "judge")
     return ref | {"metrics": {k: metrics[k] for k in keep}}

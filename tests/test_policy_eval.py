@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+from dr_core.evaluator.judge import choice_of
 from dr_core.runs import policy_eval as pe
 from cli.app import app
 from dr_core.config import ConfigError
@@ -110,7 +111,7 @@ def _c(text, reason="stop"):
     (Completion((), (), 0, ()), None),
 ])
 def test_judge_choice_shapes(completion, expected):
-    assert pe.judge_choice(completion) == expected
+    assert choice_of(completion) == expected
 
 
 def scripted_judge(good="GOOD") -> FakeEngine:
@@ -145,12 +146,13 @@ def test_judge_sees_both_orders_and_position_bias_cancels():
 
 def test_a_prompt_too_long_for_an_answer_is_unscorable():
     m, outcomes = pe.pairwise_metrics([pe.Answer("", 0, prompt_too_long=True), pe.Answer("x")],
-                                      [pe.Answer("b"), pe.Answer("b")], [("A", "B"), ("A", "B")])
+                                      [pe.Answer("b"), pe.Answer("b")], [{"outcome": 1.0}, {"outcome": 1.0}])
     assert outcomes == [None, 1.0] and m["unscorable"] == 1 and m["prompt_too_long"] == 1 and m["win_rate"] == 1.0
 
 
 def test_eval_rows_conform_to_the_eval_table():
-    m, _ = pe.pairwise_metrics([pe.Answer("x")], [pe.Answer("y")], [(None, "B")])
+    m, _ = pe.pairwise_metrics([pe.Answer("x")], [pe.Answer("y")], [{"outcome": None}],
+                               {"judge_position_a_rate": None, "judge_position_bias": None})
     rows = pe.eval_rows(m, benchmark="arena.vs-P0", checkpoint="p1", judge="j", seed=0)
     t = conform("eval", [dict(r, run_id="r", round=1) for r in rows])
     got = {r["metric"]: r["value"] for r in t.to_pylist()}
@@ -230,3 +232,45 @@ def test_eval_policy_verifiable_bad_reference_stops_with_file_line_field(tmp_pat
     data.write_text('{"prompt": "1+1?", "answer": "2"}\n{"prompt": "half?", "answer": "about a half"}\n')
     res = runner.invoke(app, ["eval-policy", "--policy", "default", "--task", "numeric", "--data", str(data)])
     assert res.exit_code == 2 and "v.jsonl:2: field 'answer'" in res.output.replace("\n", ""), res.output
+
+
+# -- saved answers ----------------------------------------------------------------------------------------------------
+def _jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_saved_answers_are_matched_by_id_and_extra_rows_ignored(tmp_path):
+    rows = [PromptRow("a", "qa", line=1), PromptRow("b", "qb", line=2)]
+    f = _jsonl(tmp_path / "ans.jsonl", [{"id": "b", "answer": "B!"}, {"id": "z", "answer": "?"}, {"id": "a",
+                                                                                                  "answer": ""}])
+    assert [a.text for a in pe.answers_from_file(rows, f, "policy")] == ["", "B!"]
+
+
+def test_a_prompt_without_a_saved_answer_is_named(tmp_path):
+    from dr_core.datasets import DataError
+
+    f = _jsonl(tmp_path / "ans.jsonl", [{"id": "a", "answer": "x"}])
+    with pytest.raises(DataError, match="no policy answer with id 'b' \\(the prompt on line 7"):
+        pe.answers_from_file([PromptRow("a", "q"), PromptRow("b", "q", line=7)], f, "policy")
+
+
+def test_a_baseline_file_may_hold_saved_answers_or_baseline_rows(tmp_path):
+    rows = [PromptRow("a", "qa", line=1)]
+    answers = _jsonl(tmp_path / "a.jsonl", [{"id": "a", "answer": "from answers"}])
+    baselines = _jsonl(tmp_path / "b.jsonl", [{"id": "a", "prompt": "qa", "baseline": "from baselines"}])
+    assert pe.baseline_from_file(rows, answers)[0].baseline == "from answers"
+    assert pe.baseline_from_file(rows, baselines)[0].baseline == "from baselines"
+
+
+def test_judge_and_score_with_log_odds_records_d_and_the_bias(tmp_path):
+    from tests.test_judge import content_judge
+
+    rows = [PromptRow("1", "q1", "base"), PromptRow("2", "q2", "base GOOD")]
+    pol = [pe.Answer("pol GOOD"), pe.Answer("pol")]
+    metrics, records = pe.judge_and_score(content_judge(bias=1.5, preference=0.8), rows, pol,
+                                          pe.fixed_baseline(rows), seed=0)
+    assert [r["outcome"] for r in records] == [1.0, 0.0]
+    assert [r["judge_d"] for r in records] == [pytest.approx(0.8), pytest.approx(-0.8)]
+    assert metrics["judge_procedure"] == "logodds" and metrics["judge_position_bias"] == pytest.approx(1.5)
+    assert metrics["judge_tie_threshold"] == 0.01 and metrics["identical_answers"] == 0

@@ -1,16 +1,17 @@
 """Policy evaluation (paper section 4.3, appendix C.2, F.2): does the policy answer better than a baseline?
 
-Pairwise, judged: the policy answers each prompt (greedy); the baseline's answer is another checkpoint's or a fixed
-answer from the data file (Arena-Hard's GPT-4-0314 answers). A pairwise judge, any engine, picks the better answer
-by structured choice ("A"/"B") in BOTH orders, so a judge that always picks one position gives a tie, not a win:
+Pairwise, judged: the policy's answers (generated greedily by a model, or read from a saved {"id","answer"} file)
+against the baseline's (another model's, a saved file's, or the data file's own ``baseline`` answers: Arena-Hard's
+GPT-4-0314). A pairwise judge, any engine, compares each pair in BOTH orders (``dr_core.evaluator.judge``: by default
+the order-cancelling first-token log-odds of "A" against "B"; or structured choice), so the order cannot decide:
 
-    outcome = 1    the policy wins in both orders
-              0    the baseline wins in both orders
-              0.5  split verdict (a tie, counted half)
-              None a verdict is missing (cut or refused judge output, a prompt too long): unscorable, counted
+    outcome = 1    the policy's answer is preferred
+              0    the baseline's is preferred
+              0.5  a tie (|d| within the threshold; a split choice), counted half
+              None a verdict is missing (no letter in the judge's output, a prompt too long): unscorable, counted
 
 win rate = mean outcome over scorable prompts; tie rate = share of 0.5; a 95% percentile bootstrap interval over
-prompts; mean answer lengths (characters; tokens where an engine produced the answer).
+prompts; mean answer lengths (characters; tokens where an engine produced the answer); the judge's position bias.
 
 Verifiable tasks (section 5.2, appendix C.3): the policy answers {"prompt","answer"} prompts and
 ``dr_core.evaluator.answers`` checks each final answer (exact, numeric, math via Math-Verify): accuracy, and the baseline
@@ -18,6 +19,7 @@ checkpoint's when given.
 
     dr eval-policy --policy default --data dr_core/data/policy_eval_arenahard.jsonl --judge default --limit 4 \\
         --output metrics.json
+    dr eval-policy --policy mine.jsonl --baseline theirs.jsonl --data prompts.jsonl --judge default
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 from dr_core.evaluator import answers
+from dr_core.evaluator import judge as judge_mod
+from dr_core.evaluator.judge import DEFAULT_PROCEDURE, TIE_THRESHOLD, JudgeProcedure
 from dr_core.rubric import prompts
 from dr_core.config import DEFAULT_MODEL, EngineConfig, engine_config
 from dr_core.datasets import DataError, PromptRow, VerifiableRow, load
@@ -48,15 +52,9 @@ def _quiet(_msg: str) -> None:
 
 # -- the math: pure ---------------------------------------------------------------------------------------------------
 def pair_outcome(policy_as_a: str | None, policy_as_b: str | None) -> float | None:
-    """The policy's result on one prompt from the judge's two verdicts.
-
-    policy_as_a: the judge's choice ("A"/"B") when the policy's answer was shown as A; policy_as_b: when it was B.
-    Returns 1.0 (policy better in both orders), 0.0 (baseline better in both), 0.5 (split: a tie), None (a verdict
-    is missing: unscorable).
-    """
-    if policy_as_a not in prompts.JUDGE_CHOICES or policy_as_b not in prompts.JUDGE_CHOICES:
-        return None
-    return ((policy_as_a == "A") + (policy_as_b == "B")) / 2
+    """The policy's result from the judge's two structured choices ("A"/"B"; policy shown as A, then as B): 1.0, 0.0,
+    0.5 (split: a tie) or None (a verdict is missing). ``judge.choice_outcome`` seen from the policy."""
+    return judge_mod.choice_outcome(policy_as_a, policy_as_b)
 
 
 def win_rate_summary(outcomes: Sequence[float | None]) -> dict:
@@ -92,14 +90,6 @@ def bootstrap_ci(values: Sequence[float], *, n_boot: int = N_BOOT, level: float 
     return float(lo), float(hi)
 
 
-def judge_choice(c: Completion) -> str | None:
-    """The judge's choice from one completion, None when it is not one of the allowed labels (or was cut)."""
-    text = c.texts[0].strip() if c.texts else ""
-    if c.finish_reasons and c.finish_reasons[0] == PROMPT_TOO_LONG:
-        return None
-    return text if text in prompts.JUDGE_CHOICES else None
-
-
 def _mean(values) -> float | None:
     values = [v for v in values if v is not None]
     return sum(values) / len(values) if values else None
@@ -126,29 +116,17 @@ def answer_prompts(engine: Engine, texts: Sequence[str], *, max_tokens: int, tem
             for o in outs]
 
 
-def judge_pairs(judge: Engine, texts: Sequence[str], policy: Sequence[Answer],
-                baseline: Sequence[Answer]) -> list[tuple[str | None, str | None]]:
-    """(choice with the policy as A, choice with the policy as B) for every prompt: 2n judge calls in one batch."""
-    convs = []
-    for t, p, b in zip(texts, policy, baseline, strict=True):
-        convs.append(prompts.pairwise_judge_messages(t, p.text, b.text))
-        convs.append(prompts.pairwise_judge_messages(t, b.text, p.text))
-    outs = judge.chat(convs, n=1, temperature=0.0, max_tokens=2, choices=list(prompts.JUDGE_CHOICES))
-    choices = [judge_choice(o) for o in outs]
-    return list(zip(choices[0::2], choices[1::2]))
-
-
-def pairwise_metrics(policy: Sequence[Answer], baseline: Sequence[Answer],
-                     verdicts: Sequence[tuple[str | None, str | None]], *, seed: int = 0) -> tuple[dict, list]:
+def pairwise_metrics(policy: Sequence[Answer], baseline: Sequence[Answer], verdicts: Sequence[dict],
+                     judge_info: dict | None = None, *, seed: int = 0) -> tuple[dict, list]:
     """Win rate, tie rate, bootstrap interval, lengths and judge diagnostics; plus per-prompt outcomes. Pure.
+    ``verdicts``: one {"outcome", ...} per prompt (``judge.judge_both_orders``); ``judge_info`` its diagnostics.
     A prompt whose policy or baseline prompt did not fit the context is unscorable, whatever the judge said."""
     outcomes = [
-        None if (p.prompt_too_long or b.prompt_too_long) else pair_outcome(*v)
+        None if (p.prompt_too_long or b.prompt_too_long) else v["outcome"]
         for p, b, v in zip(policy, baseline, verdicts, strict=True)
     ]
     summary = win_rate_summary(outcomes)
     ci = bootstrap_ci([o for o in outcomes if o is not None], seed=seed)
-    picks = [c for v in verdicts for c in v if c is not None]
     return {
         **summary,
         "win_rate_ci95": list(ci) if ci else None,
@@ -159,26 +137,28 @@ def pairwise_metrics(policy: Sequence[Answer], baseline: Sequence[Answer],
         "policy_truncated": sum(a.truncated for a in policy),
         "baseline_truncated": sum(a.truncated for a in baseline),
         "prompt_too_long": sum(p.prompt_too_long or b.prompt_too_long for p, b in zip(policy, baseline)),
-        "judge_verdicts": 2 * len(verdicts),
-        "judge_invalid": sum(c is None for v in verdicts for c in v),
-        # share of valid verdicts that picked the first-shown answer: 0.5 = no position bias
-        "judge_position_a_rate": (sum(c == "A" for c in picks) / len(picks)) if picks else None,
+        "identical_answers": sum(p.text == b.text for p, b in zip(policy, baseline)),
+        **(judge_info or {}),
     }, outcomes
 
 
 def judge_and_score(judge: Engine, rows: Sequence[PromptRow], policy: Sequence[Answer],
-                    baseline: Sequence[Answer], *, seed: int = 0, log: Log = _quiet) -> tuple[dict, list[dict]]:
+                    baseline: Sequence[Answer], *, seed: int = 0, procedure: JudgeProcedure = DEFAULT_PROCEDURE,
+                    threshold: float = TIE_THRESHOLD, log: Log = _quiet) -> tuple[dict, list[dict]]:
     """Judge every (policy, baseline) answer pair in both orders; return (metrics, one record per prompt)."""
     t0 = time.perf_counter()
-    verdicts = judge_pairs(judge, [r.prompt for r in rows], policy, baseline)
+    verdicts, info = judge_mod.judge_both_orders(judge, [r.prompt for r in rows], [p.text for p in policy],
+                                                 [b.text for b in baseline], procedure=procedure, threshold=threshold)
     judge_s = time.perf_counter() - t0
-    log(f"judge gave {2 * len(rows)} verdicts in {judge_s:.1f} s")
-    metrics, outcomes = pairwise_metrics(policy, baseline, verdicts, seed=seed)
+    log(f"judge gave {2 * len(rows)} verdicts in {judge_s:.1f} s ({info['judge_procedure']})")
+    if info["judge_fallback"]:
+        log(f"judge: {info['judge_fallback']}")
+    metrics, outcomes = pairwise_metrics(policy, baseline, verdicts, info, seed=seed)
     metrics["judge"] = judge.model_name
     metrics["judge_seconds"] = round(judge_s, 2)
     records = [
         {"id": r.id, "prompt": r.prompt, "policy": p.text, "baseline": b.text, "policy_truncated": p.truncated,
-         "judge_policy_as_a": v[0], "judge_policy_as_b": v[1], "outcome": o}
+         "judge_policy_as_a": v["as_a"], "judge_policy_as_b": v["as_b"], "judge_d": v["d"], "outcome": o}
         for r, p, b, v, o in zip(rows, policy, baseline, verdicts, outcomes)
     ]
     return metrics, records
@@ -194,6 +174,7 @@ def fixed_baseline(rows: Sequence[PromptRow]) -> list[Answer]:
 
 def evaluate_pairwise(policy: Engine, judge: Engine, rows: Sequence[PromptRow], *,
                       baseline: Engine | None = None, max_tokens: int = 256, seed: int = 0,
+                      procedure: JudgeProcedure = DEFAULT_PROCEDURE, threshold: float = TIE_THRESHOLD,
                       log: Log = _quiet) -> tuple[dict, list[dict]]:
     """Answer ``rows`` with ``policy`` (and ``baseline`` when given, else use each row's ``baseline`` answer), judge
     every pair in both orders, return (metrics, one record per prompt)."""
@@ -201,7 +182,7 @@ def evaluate_pairwise(policy: Engine, judge: Engine, rows: Sequence[PromptRow], 
     pol = answer_prompts(policy, texts, max_tokens=max_tokens, seed=seed)
     base = (answer_prompts(baseline, texts, max_tokens=max_tokens, seed=seed) if baseline is not None
             else fixed_baseline(rows))
-    return judge_and_score(judge, rows, pol, base, seed=seed, log=log)
+    return judge_and_score(judge, rows, pol, base, seed=seed, procedure=procedure, threshold=threshold, log=log)
 
 
 def eval_rows(metrics: dict, *, benchmark: str, checkpoint: str, judge: str, seed: int) -> list[dict]:
@@ -212,7 +193,8 @@ def eval_rows(metrics: dict, *, benchmark: str, checkpoint: str, judge: str, see
         "win_rate": metrics["win_rate"], "tie_rate": metrics["tie_rate"], "win_rate_ci_low": ci[0],
         "win_rate_ci_high": ci[1], "n": metrics["n"], "unscorable": metrics["unscorable"],
         "policy_mean_chars": metrics["policy_mean_chars"], "baseline_mean_chars": metrics["baseline_mean_chars"],
-        "judge_position_a_rate": metrics["judge_position_a_rate"],
+        "judge_position_a_rate": metrics.get("judge_position_a_rate"),
+        "judge_position_bias": metrics.get("judge_position_bias"),
     }
     base = {"benchmark": benchmark, "checkpoint": checkpoint, "verifier": judge, "seed": seed}
     return [{**base, "metric": k, "value": None if v is None else float(v)} for k, v in values.items()]
@@ -272,15 +254,48 @@ def engine_spec(spec: str, *, max_model_len: int = 4096, api_key: str | None = N
 
 
 def is_checkpoint_spec(spec: str) -> bool:
-    """True when a --baseline word names a model (bundled name, URL, checkpoint directory), False for an answers file."""
+    """True when a --policy/--baseline word names a model (bundled name, URL, checkpoint directory), False for a
+    file of saved answers."""
     from dr_core.model import is_bundled
 
     return is_bundled(spec) or spec.startswith(("http://", "https://")) or Path(spec).is_dir()
 
 
+def _first_object(path: str | Path) -> dict:
+    import json
+
+    try:
+        with open(path, encoding="utf-8-sig") as f:
+            for line in f:
+                if line.strip():
+                    obj = json.loads(line)
+                    return obj if isinstance(obj, dict) else {}
+    except (OSError, ValueError):
+        pass
+    return {}  # load() reports what is wrong with the file, with its line
+
+
+def answers_from_file(rows: Sequence, path: str | Path, who: str) -> list[Answer]:
+    """Saved answers ({"id", "answer"} JSONL, every line validated) for ``rows``, matched by id; rows of the file that
+    no prompt asks for are ignored. DataError naming the first prompt without an answer."""
+    given = {a.id: a for a in load(path, "answers")}
+    out = []
+    for r in rows:
+        a = given.get(r.id)
+        if a is None:
+            raise DataError(path, 0, "id", f"no {who} answer with id {r.id!r} (the prompt on line {r.line} of the "
+                            "data file)")
+        out.append(Answer(a.answer))
+    return out
+
+
 def baseline_from_file(rows: Sequence[PromptRow], path: str | Path) -> list[PromptRow]:
-    """``rows`` with their baseline answers taken from ``path`` (policy_eval format, matched by id). DataError
-    for a prompt with no row in ``path`` (naming the prompt's id) or a row without a ``baseline`` (naming its line)."""
+    """``rows`` with their baseline answers taken from ``path``, matched by id: saved answers ({"id","answer"}) or
+    the policy_eval format ({"id","prompt","baseline"}). DataError for a prompt with no row in ``path`` (naming the
+    prompt's id) or a row without a ``baseline`` (naming its line)."""
+    if "answer" in _first_object(path):
+        return [PromptRow(r.id, r.prompt, a.text, r.line) for r, a in zip(rows, answers_from_file(rows, path,
+                                                                                                  "baseline"))]
     given = {r.id: r for r in load(path, "policy_eval")}
     out = []
     for r in rows:
@@ -296,14 +311,21 @@ def baseline_from_file(rows: Sequence[PromptRow], path: str | Path) -> list[Prom
 def run_eval_policy(*, policy: str, data: str | Path, judge: str | None = None, baseline: str | None = None,
                     task: str | None = None, limit: int | None = None, max_tokens: int = 256, seed: int = 0,
                     max_model_len: int = 4096, api_key: str | None = None,
+                    procedure: JudgeProcedure = DEFAULT_PROCEDURE, threshold: float = TIE_THRESHOLD,
                     log: Log = _quiet) -> tuple[dict, list[dict]]:
-    """What ``dr eval-policy`` does: validate every input first (data file, baseline file, engine words), then
+    """What ``dr eval-policy`` does: validate every input first (data file, answers files, engine words), then
     answer, judge or check, and return (metrics, per-prompt records). Nothing is written here.
 
-    Phases run one after another (policy answers, baseline answers, judge); an engine is closed as soon as no
-    later phase needs it, and shared when two roles name the same model."""
-    pol_cfg = engine_spec(policy, max_model_len=max_model_len, api_key=api_key)
-    base_cfg = judge_cfg = None
+    ``policy`` and ``baseline`` are each a model word (answers are generated) or a file of saved answers (nothing
+    is generated). Phases run one after another (policy answers, baseline answers, judge); an engine is closed as
+    soon as no later phase needs it, and shared when two roles name the same model."""
+    if procedure not in judge_mod.JUDGE_PROCEDURES:
+        raise ValueError(f"--judge-procedure must be one of {', '.join(judge_mod.JUDGE_PROCEDURES)}, "
+                         f"got {procedure!r}")
+    if not threshold >= 0:
+        raise ValueError(f"--tie-threshold must be >= 0, got {threshold}")
+    pol_cfg = base_cfg = judge_cfg = None
+    saved: dict[str, list[Answer]] = {}
     if task is not None:
         rows = load_verifiable(data, task, limit)
         if baseline is not None and not is_checkpoint_spec(baseline):
@@ -320,14 +342,22 @@ def run_eval_policy(*, policy: str, data: str | Path, judge: str | None = None, 
             if missing:
                 raise DataError(data, missing[0].line, "baseline", f"missing (id {missing[0].id!r}; "
                                 f"{len(missing)} row(s) without one): add the field or pass --baseline CKPT|FILE")
-        judge_cfg = engine_spec(judge, max_model_len=max_model_len, api_key=api_key)
+    if is_checkpoint_spec(policy):
+        pol_cfg = engine_spec(policy, max_model_len=max_model_len, api_key=api_key)
+    elif Path(policy).suffix in (".jsonl", ".json") or Path(policy).is_file():
+        saved["policy"] = answers_from_file(rows, policy, "policy")
+    else:
+        pol_cfg = engine_spec(policy, max_model_len=max_model_len, api_key=api_key)  # ConfigError naming the word
+    if task is None:
+        judge_cfg = judge_mod.judge_engine_config(engine_spec(judge, max_model_len=max_model_len, api_key=api_key),
+                                                  procedure)
     if baseline is not None and is_checkpoint_spec(baseline):
         base_cfg = engine_spec(baseline, max_model_len=max_model_len, api_key=api_key)
     log(f"{len(rows)} prompts from {data}")
     texts = [r.prompt for r in rows]
     engines = EnginePool(log)  # closes an engine as soon as no later phase needs it
-    names: dict[str, str] = {}
-    runs: dict[str, list[Answer]] = {}
+    names: dict[str, str] = {"policy": f"file:{policy}"} if "policy" in saved else {}
+    runs: dict[str, list[Answer]] = dict(saved)
     t0 = time.perf_counter()
     try:
         for who, cfg, later in (("policy", pol_cfg, [base_cfg, judge_cfg]), ("baseline", base_cfg, [judge_cfg])):
@@ -344,7 +374,7 @@ def run_eval_policy(*, policy: str, data: str | Path, judge: str | None = None, 
         else:
             base = runs.get("baseline") or fixed_baseline(rows)
             metrics, records = judge_and_score(engines.get(judge_cfg), rows, runs["policy"], base, seed=seed,
-                                               log=log)
+                                               procedure=procedure, threshold=threshold, log=log)
     finally:
         engines.close()
     metrics.update({
