@@ -10,9 +10,15 @@
 -- (ddof 1, as TRL's nanstd) of its non-NULL rewards, NULL with fewer than 2. Zero std: std < 1e-6 or NULL
 -- (dr_core.scoring.signals.ZERO_STD): every advantage of the group is 0. zero_std_share = 1: the step had no gradient.
 -- reward_std_mean: mean group std over the groups with a std.
--- Columns: run_id, round, stage, step, groups, zero_std_groups, zero_std_share, reward_std_mean.
+-- The training reward curve: reward_mean is the mean reward of the step's scored rollouts (generator: R_disc +
+-- $lam R_anchor, the reward before Eq. 24-25 turns it into advantages; policy: the Eq. 12 score), reward_spread the
+-- mean over the step's groups of that reward's sample std within the group (how much the rollouts of one prompt
+-- differed), n_scored the rollouts with a reward.
+-- Columns: run_id, round, stage, step, groups, zero_std_groups, zero_std_share, reward_std_mean, reward_mean,
+-- reward_spread, n_scored.
 -- param run_id VARCHAR = NULL: only this run (NULL: every run)
 -- param group_size INTEGER = NULL: G of the generator update (NULL: from the checkpoint)
+-- param lam DOUBLE = 1.0: weight of R_anchor in the generator's reward curve (Eq. 17 / 24; the paper's 1)
 WITH ckpt AS (
     SELECT run_id, round, max(json_extract(metrics_json, '$.steps')::INTEGER) AS n_steps,
            max(json_extract(metrics_json, '$.group_size')::INTEGER) AS group_size
@@ -21,7 +27,7 @@ WITH ckpt AS (
     GROUP BY ALL
 ),
 gen AS (
-    SELECT r.run_id, r.round, r.set_id, r.rollout, r.advantage AS reward,
+    SELECT r.run_id, r.round, r.set_id, r.rollout, r.advantage AS reward, r.r_disc + $lam * r.r_anchor AS raw,
            coalesce($group_size, c.group_size,
                     CASE WHEN c.n_steps > 0 THEN (max(r.rollout) OVER (PARTITION BY r.run_id, r.round) + 1) // c.n_steps
                     END) AS g
@@ -31,7 +37,7 @@ gen AS (
 ),
 gen_groups AS (
     SELECT run_id, round, 'generator' AS stage, rollout // nullif(g, 0) AS step, set_id,
-           stddev_samp(reward) AS reward_std
+           stddev_samp(reward) AS reward_std, avg(raw) AS raw_mean, stddev_samp(raw) AS raw_std, count(raw) AS n
     FROM gen
     GROUP BY ALL
 ),
@@ -42,7 +48,8 @@ pol AS (
 ),
 pol_groups AS (
     SELECT p.run_id, p.round, 'policy' AS stage, min(p.rollout // p.g) AS step, p.set_id,
-           stddev_samp(s.score) AS reward_std
+           stddev_samp(s.score) AS reward_std, avg(s.score) AS raw_mean, stddev_samp(s.score) AS raw_std,
+           count(s.score) AS n
     FROM pol AS p
     LEFT JOIN scores AS s
            ON s.run_id = p.run_id AND s.round = p.round AND s.stage = 'policy' AND s.set_id = p.set_id
@@ -53,7 +60,10 @@ SELECT run_id, round, stage, step,
        count(*) AS groups,
        count(*) FILTER (WHERE reward_std IS NULL OR reward_std < 1e-6) AS zero_std_groups,
        count(*) FILTER (WHERE reward_std IS NULL OR reward_std < 1e-6) / count(*) AS zero_std_share,
-       avg(reward_std) AS reward_std_mean
+       avg(reward_std) AS reward_std_mean,
+       sum(raw_mean * n) / nullif(sum(n), 0) AS reward_mean,
+       avg(raw_std) AS reward_spread,
+       sum(n) AS n_scored
 FROM (SELECT * FROM gen_groups UNION ALL SELECT * FROM pol_groups)
 GROUP BY ALL
 ORDER BY run_id, round, stage, step

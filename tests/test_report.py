@@ -271,6 +271,15 @@ def test_report_with_varied_rewards_has_no_no_gradient_warning(tmp_path):
         ("generator", 0), ("generator", 0), ("policy", 0), ("policy", 0)]
     assert "no gradient:" not in html and "no gradient</span>" not in html and "Warnings: degenerate signal" not in html
     assert "Signal checks passed" in html
+    # the reward curves: generator R_disc + R_anchor = 0.1 - 1.0 everywhere; policy scores 0.25 and 0.75 per group
+    # (mean 0.5, within-group sample std 0.5 / sqrt(2))
+    by = {(r["stage"], r["step"]): r for r in d["training_signal"]}
+    assert by[("generator", 0)]["reward_mean"] == pytest.approx(-0.9) and by[("generator", 0)]["reward_spread"] == 0
+    assert by[("policy", 1)]["reward_mean"] == pytest.approx(0.5)
+    assert by[("policy", 1)]["reward_spread"] == pytest.approx(0.5 / 2 ** 0.5) and by[("policy", 1)]["n_scored"] == 4
+    for sid in ("training", "policy-training"):
+        section = re.search(rf'<section id="{sid}">.*?</section>', html, re.S).group(0)
+        assert "Training reward per step" in section and "<polygon" in section  # the curve with its spread band
 
 
 def test_dr_report_cli(tmp_path):
@@ -394,3 +403,53 @@ def test_dr_report_names_failed_queries_and_refuses_when_all_fail(tmp_path):
     res = CliRunner().invoke(app, ["report", "--store", store.url, "--run-id", "demo", "--out", str(tmp_path / "r2")])
     assert res.exit_code == 2 and "queries failed" in res.output, res.output
     assert not (tmp_path / "r2").exists()
+
+
+# -- the learning benchmark's page ------------------------------------------------------------------------------------
+def _learning_result():
+    ci = lambda m, lo, hi: {"mean": m, "ci95": [lo, hi], "n": 24}  # noqa: E731
+    metrics = {m: ci(0.01, -0.02, 0.04) for m in ("r_disc", "saturated_items", "anchor_tie_rate",
+                                                    "anchor_strict_accuracy", "unparseable")}
+    steps = [{"step": i, "reward_mean": -1.3 + 0.01 * i, "group_std": 0.1, "r_disc_mean": 0.1} for i in range(12)]
+    curve = {"steps": steps, "first10": -1.25, "last10": -1.2, "r_disc_first10": 0.1, "r_disc_last10": 0.12,
+             "window": 10, "steps_without_gradient": 1}
+    seed = {"curve": curve, "GS_minus_G0": metrics}
+    return {"version": 2, "chosen": {"lr": 5e-5, "lora_r": 16, "k": 3},
+            "sweep": [{"setting": {"lr": 5e-5, "lora_r": 16, "k": 3}, "GS_minus_G0": metrics, "curve": curve}],
+            "seeds": {"0": seed, "1": seed}, "pooled": {"GS_minus_G0": metrics},
+            "policy": {"updates": {"P_GS": {"steps": [{"step": i, "reward_mean": 0.4, "group_std": 0.2} for i in (0, 1)],
+                                            "groups": 2, "zero_std_groups": 0, "unscorable": 0}},
+                       "judged": {"P_GS_vs_P0": {"win_rate": 0.6, "win_rate_ci95": [0.45, 0.75], "wins": 10,
+                                                 "ties": 4, "losses": 6, "identical_answers": 2,
+                                                 "judge_position_bias": 0.3}}}}
+
+
+def test_learning_page_draws_curves_and_deltas_with_intervals(tmp_path):
+    from cli.main import app
+
+    src = tmp_path / "bench.json"
+    src.write_text(json.dumps(_learning_result()))
+    res = CliRunner().invoke(app, ["report", "--learning", str(src), "--out", str(tmp_path / "o")])
+    assert res.exit_code == 0, res.output
+    html = (tmp_path / "o" / "learning.html").read_text(encoding="utf-8")
+    assert html.count("<svg") == 1 + 1 + 5 + 1     # generator curves, policy curves, 5 held-out deltas, win rates
+    assert html.count("<polygon") == 2 + 1          # a spread band per seed, and the policy update's
+    assert "seed 0" in html and "pooled" in html and "P_GS_vs_P0" in html
+    assert "0.01 [-0.02, 0.04]" in html             # a delta's point with its interval, in the hover text
+    _check_offline(html)
+
+
+@pytest.mark.parametrize("content, message", [
+    ("{", "cannot read it as JSON"),
+    ("[]", "expected a JSON object"),
+    (json.dumps({"version": 2, "partial": True, "sweep": []}), "no key 'chosen' (the run stopped early"),
+    (json.dumps({**_learning_result(), "version": 1}), "version 1"),
+])
+def test_learning_page_refuses_what_is_not_a_complete_result(tmp_path, content, message):
+    from cli.main import app
+
+    src = tmp_path / "bench.json"
+    src.write_text(content)
+    res = CliRunner().invoke(app, ["report", "--learning", str(src), "--out", str(tmp_path / "o")])
+    assert res.exit_code == 2 and message in res.output.replace("\n", ""), res.output
+    assert not (tmp_path / "o").exists()

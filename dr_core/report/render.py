@@ -113,7 +113,19 @@ def _zero_std(d: dict, role: str) -> dict:
                                                                           r["zero_std_share"]) for r in stepped])],
                    f"{role} GRPO step (counted over the run's rounds)", "share of groups (0..1; 1 = no gradient)",
                    title=f"Zero-std GRPO groups per step, {role} update", markers=markers) if stepped else None
-    return {"role": role, "rows": rows, "stepped": bool(stepped), "chart": chart}
+    reward = ("R_disc + lam R_anchor (Eq. 13 + Eq. 15)" if role == "generator" else "Eq. 12 score of the response")
+    curve = _chart(line_chart, [("mean reward", [(x[(r["round"], r["step"])], r.get("reward_mean"))
+                                                 for r in stepped])],
+                   f"{role} GRPO step (counted over the run's rounds)", reward,
+                   title=f"Training reward per step, {role} update (band: +- the mean within-group std)",
+                   include_zero=False, markers=markers,
+                   bands=[[(x[(r["round"], r["step"])], *_spread(r)) for r in stepped]]) if stepped else None
+    return {"role": role, "rows": rows, "stepped": bool(stepped), "chart": chart, "curve": curve}
+
+
+def _spread(r: dict) -> tuple[float | None, float | None]:
+    m, sd = r.get("reward_mean"), r.get("reward_spread")
+    return (None, None) if m is None or sd is None else (m - sd, m + sd)
 
 
 def _training(d: dict) -> dict:

@@ -1,4 +1,5 @@
-"""Plain SVG charts for the report, written by hand (no plotting library): a line chart and a grouped bar chart.
+"""Plain SVG charts for the report, written by hand (no plotting library): a line chart (optionally with a shaded
+band around each line), a grouped bar chart and an interval chart (a point and its interval per category).
 
 Each function returns one ``<svg>`` element as a string, meant to be inlined in an HTML5 page (no xmlns needed, no
 external fonts, scripts or styles). Axis names, tick labels and a legend are always drawn; every point and bar
@@ -55,6 +56,12 @@ def _y_range(values: Sequence[float], include_zero: bool) -> tuple[float, float]
     return min(ticks[0], lo), max(ticks[-1], hi)
 
 
+def _plot_area(y_lo: float, y_hi: float):
+    """(plot width, plot height, y value -> pixel row) of a chart whose y axis runs from y_lo to y_hi."""
+    pw, ph = W - LEFT - RIGHT, H - TOP - BOTTOM
+    return pw, ph, lambda y: TOP + ph * (1 - (y - y_lo) / (y_hi - y_lo))
+
+
 def _frame(title: str, x_label: str, y_label: str, y_lo: float, y_hi: float) -> list[str]:
     pw, ph = W - LEFT - RIGHT, H - TOP - BOTTOM
     out = [
@@ -92,12 +99,18 @@ def _legend(labels: Sequence[str], bars: bool = False) -> list[str]:
     return out
 
 
+Band = tuple[float, float, float]
+
+
 def line_chart(series: Sequence[tuple[str, Sequence[Point]]], x_label: str, y_label: str, title: str = "",
-               include_zero: bool = True, x_tick_label: str = "{x}", markers: Sequence[tuple[float, str]] = ()) -> str:
+               include_zero: bool = True, x_tick_label: str = "{x}", markers: Sequence[tuple[float, str]] = (),
+               bands: Sequence[Sequence[Band]] = ()) -> str:
     """Lines of (x, y) points, one per named series; y None breaks a line. ``x_tick_label`` formats an x tick
     (e.g. "round {x}"); ``markers`` are labelled vertical lines at x (e.g. where a round starts). Integer xs get a
-    tick each (at most 12, else evenly thinned). Returns the ``<svg>`` element; a ValueError if no point has a y."""
+    tick each (at most 12, else evenly thinned). ``bands[i]``: (x, low, high) points shaded in series i's colour
+    (e.g. the mean plus and minus a spread). Returns the ``<svg>`` element; a ValueError if no point has a y."""
     ys = [y for _, pts in series for _, y in pts if y is not None]
+    ys += [v for band in bands for _, lo, hi in band for v in (lo, hi) if v is not None] if ys else []
     xs = sorted({x for _, pts in series for x, _ in pts} | {m for m, _ in markers})
     if not ys or not xs:
         raise ValueError("line_chart: no data")
@@ -115,6 +128,13 @@ def line_chart(series: Sequence[tuple[str, Sequence[Point]]], x_label: str, y_la
         return TOP + ph * (1 - (y - y_lo) / (y_hi - y_lo))
 
     out = _frame(title, x_label, y_label, y_lo, y_hi)
+    for i, band in enumerate(bands):
+        pts = sorted((x, lo, hi) for x, lo, hi in band if lo is not None and hi is not None)
+        if len(pts) > 1:
+            edge = [f"{px(x):.1f},{py(hi):.1f}" for x, _, hi in pts] + [f"{px(x):.1f},{py(lo):.1f}"
+                                                                      for x, lo, _ in reversed(pts)]
+            out.append(f'<polygon points="{" ".join(edge)}" fill="{COLORS[i % len(COLORS)]}" fill-opacity="0.15" '
+                       'stroke="none"/>')
     tick_xs = xs if len(xs) <= 12 else xs[:: math.ceil(len(xs) / 12)]
     for x in tick_xs:
         out.append(f'<line x1="{px(x):.1f}" y1="{TOP + ph}" x2="{px(x):.1f}" y2="{TOP + ph + 4}" stroke="#333"/>')
@@ -150,11 +170,7 @@ def bar_chart(categories: Sequence[str], groups: Sequence[tuple[str, Sequence[fl
     if not vals or not categories:
         raise ValueError("bar_chart: no data")
     y_lo, y_hi = _y_range(vals, include_zero=True)
-    pw, ph = W - LEFT - RIGHT, H - TOP - BOTTOM
-
-    def py(y):
-        return TOP + ph * (1 - (y - y_lo) / (y_hi - y_lo))
-
+    pw, ph, py = _plot_area(y_lo, y_hi)
     out = _frame(title, x_label, y_label, y_lo, y_hi)
     slot = pw / len(categories)
     bw = slot * 0.7 / max(len(groups), 1)
@@ -174,5 +190,40 @@ def bar_chart(categories: Sequence[str], groups: Sequence[tuple[str, Sequence[fl
             out.append(f'<text x="{x + bw * 0.46:.1f}" y="{top - 3:.1f}" text-anchor="middle" font-size="10">'
                        f"{_fmt(v)}</text>")
     out += _legend([g for g, _ in groups], bars=True)
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+def interval_chart(categories: Sequence[str], points: Sequence[tuple[float | None, float | None, float | None]],
+                   y_label: str, title: str = "", x_label: str = "", reference: float | None = 0.0) -> str:
+    """One point with its interval per category: ``points[c]`` = (value, low, high); a None value writes "n/a", a
+    None interval draws the point alone. ``reference`` draws a dashed horizontal line (e.g. 0 for a difference).
+    Returns the ``<svg>`` element; a ValueError if every value is None."""
+    vals = [v for p in points for v in p if v is not None] + ([reference] if reference is not None else [])
+    if not categories or all(p[0] is None for p in points):
+        raise ValueError("interval_chart: no data")
+    y_lo, y_hi = _y_range(vals, include_zero=False)
+    pw, ph, py = _plot_area(y_lo, y_hi)
+    out = _frame(title, x_label, y_label, y_lo, y_hi)
+    if reference is not None:
+        out.append(f'<line x1="{LEFT}" y1="{py(reference):.1f}" x2="{LEFT + pw}" y2="{py(reference):.1f}" '
+                   'stroke="#c2410c" stroke-dasharray="4 3"/>')
+    slot = pw / len(categories)
+    for ci, (cat, (v, lo, hi)) in enumerate(zip(categories, points, strict=True)):
+        x = LEFT + (ci + 0.5) * slot
+        out.append(f'<text x="{x:.1f}" y="{TOP + ph + 16}" text-anchor="middle">{escape(cat)}</text>')
+        if v is None:
+            out.append(f'<text x="{x:.1f}" y="{TOP + ph / 2:.1f}" text-anchor="middle" fill="#777">n/a</text>')
+            continue
+        if lo is not None and hi is not None:
+            out.append(f'<line x1="{x:.1f}" y1="{py(lo):.1f}" x2="{x:.1f}" y2="{py(hi):.1f}" stroke="{COLORS[0]}" '
+                       'stroke-width="2"/>')
+            for end in (lo, hi):
+                out.append(f'<line x1="{x - 6:.1f}" y1="{py(end):.1f}" x2="{x + 6:.1f}" y2="{py(end):.1f}" '
+                           f'stroke="{COLORS[0]}" stroke-width="2"/>')
+        shown = f"{v:.4g}" + (f" [{lo:.4g}, {hi:.4g}]" if lo is not None and hi is not None else "")
+        out.append(f'<circle cx="{x:.1f}" cy="{py(v):.1f}" r="4" fill="{COLORS[0]}"><title>{escape(cat)}: '
+                   f"{escape(shown)}</title></circle>")
+        out.append(f'<text x="{x + 8:.1f}" y="{py(v) - 4:.1f}" font-size="10">{_fmt(v)}</text>')
     out.append("</svg>")
     return "\n".join(out)
