@@ -1,29 +1,36 @@
-"""Benchmark (hour-scale, not in CI): does training the rubric generator move the evaluator's numbers?
+"""Benchmark (hour-scale, not in CI): does training the rubric generator move the evaluator's numbers, and does the
+co-evolved generator G(S) train a better policy than the frozen G(0)? Version 2; its protocol is README "Learning
+benchmark" and was written before the run whose results are in infra/benchmarks/results/bench_learning.json.
 
-Self-contained on the bundled data and models. The frozen verifier is a bundled model with its chosen verdict
-procedure (default: qwen2.5-coder-0.5b-instruct, plain prompt, balanced verdicts: the tiny preset's verifier).
+Self-contained on the bundled data and models. The frozen verifier is the tiny preset's (Qwen2.5-Coder-0.5B, plain
+prompt, balanced verdicts); the judge is ``dr eval-policy``'s default procedure with the same model.
 
-1. Splits: the bundled ranked anchor lists (AlpacaEval, 11 responses each), the first ``--train`` prompts for
-   training and the next ``--heldout`` for measurement. Both splits go to a store's prompts table and the audit
-   ``sql/split_overlap.sql`` must return no rows (same text or id in both): the script stops otherwise.
-2. P(0) (SmolLM2-135M) samples C, K responses per prompt, once (seed 0); ``--n-anchor`` anchors per prompt spread
-   over the ranking (best and worst always in).
-3. Per seed: G(0) -> G(S), ``--steps`` GRPO steps of the generator update (dr_core.train.grpo.train_generator: R_disc +
-   R_anchor at the advantage level, Eq. 24-25) on the training prompts, against the frozen verifier.
-4. G(0) and G(S) are measured on the held-out prompts in the format they are trained in (the 'lines' rollout
-   prompt and primer, sampled at the rollout temperature, ``--eval-rubrics`` rubrics per prompt, scored by the
-   same reward code as training): per prompt, mean R_disc (Eq. 13) of parseable rubrics, share of saturated items
-   (answered alike on every response of C), tie rate on anchor pairs (equal Eq. 12 scores), strict anchor-order
-   accuracy (share of anchor pairs i better than j with S_i > S_j strictly), and the unparseable share. Means with
-   95 % percentile-bootstrap CIs over prompts, per seed, and of the per-prompt difference G(S) - G(0).
-5. One policy update with G(S) of the first seed (dr_core.train.grpo.train_policy: each rollout's Eq. 12 score under
-   G(S)'s rubric): the reward std per group and step, then the win rate of P(1) against P(0) on held-out
-   Arena-Hard prompts (pairwise, both orders, the verifier model as judge), with its CI.
+1. Splits of the 48 bundled ranked anchor lists (AlpacaEval, 11 responses each) in file order: ``--train`` for
+   training, the next ``--tune`` for choosing the settings, the last ``--heldout`` for the results. All three go to a
+   store's prompts table; ``sql/split_overlap.sql`` must return no rows for any two of them, else the script stops.
+2. P(0) (SmolLM2-135M) samples C, the largest K of the sweep responses per prompt, once (seed 0); a setting with a
+   smaller K uses the first K of them. ``--n-anchor`` anchors per prompt spread over the ranking.
+3. Sweep on the tuning split: for every (learning rate, LoRA rank, K) of ``--sweep``, ``--sweep-steps`` GRPO steps of
+   the generator update on the training prompts (seed 0), G(S) - G(0) measured on the tuning prompts. The setting
+   with the highest mean tuning R_disc gain is used for the rest (ties: the first listed). Every setting is reported.
+4. Per seed: G(0) -> G(S), ``--steps`` generator steps (R_disc + R_anchor at the advantage level, Eq. 24-25) on the
+   training prompts; the training reward per step with its spread over the group's rollouts.
+5. G(0) and every G(S) on the held-out prompts, in the format they are trained in (the 'lines' prompt and primer,
+   rollout temperature, ``--eval-rubrics`` rubrics per prompt, scored by the training reward code): per prompt, mean
+   R_disc (Eq. 13), saturated items, anchor-pair tie rate, strict anchor order, unparseable share. Means and the
+   per-prompt difference G(S) - G(0) with 95 % percentile-bootstrap intervals over prompts, per seed and pooled (per
+   prompt, the mean over seeds).
+6. Policy: from the same P(0), ``--policy-steps`` policy steps rewarded by G(S) of the first seed and as many by
+   G(0). The three policies answer the held-out prompts (greedy, saved as {"id","answer"} files), and
+   ``dr eval-policy --policy FILE --baseline FILE`` judges P_G(S) vs P(0), P_G(0) vs P(0) and P_G(S) vs P_G(0).
+
+Every phase stores its result in the work directory and a rerun with the same ``--workdir`` reuses it (``--fresh``
+starts over): a crash in the last phase does not cost the hour before it.
 
     OMP_NUM_THREADS=2 flock /tmp/dr-heavy.lock .venv/bin/python infra/benchmarks/bench_learning.py \\
-        --output infra/benchmarks/results/bench_learning.json        # about 1-2 hours on 2 cores
+        --output infra/benchmarks/results/bench_learning.json        # about 1.5 hours on 2 cores
 
-A small smoke run: ``--steps 2 --train 4 --heldout 2 --seeds 0 --eval-rubrics 2 --policy-steps 1``.
+A smoke run (a few minutes): ``--smoke``.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ import argparse
 import json
 import os
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -42,10 +50,14 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import numpy as np  # noqa: E402
 
-from dr_core.rubric import prompts
-from dr_core.store import sql
 from dr_core.config import engine_config  # noqa: E402
 from dr_core.datasets import load  # noqa: E402
+from dr_core.paths import bundled, cache_dir  # noqa: E402
+from dr_core.rubric import prompts  # noqa: E402
+from dr_core.runs.round_steps import spread_ranks  # noqa: E402
+from dr_core.runs.policy_eval import bootstrap_ci  # noqa: E402
+from dr_core.store import sql  # noqa: E402
+from dr_core.store.artifacts import Store  # noqa: E402
 from dr_core.train.grpo import (  # noqa: E402
     GeneratorReward,
     GeneratorRow,
@@ -55,12 +67,9 @@ from dr_core.train.grpo import (  # noqa: E402
     train_generator,
     train_policy,
 )
-from dr_core.paths import bundled, cache_dir  # noqa: E402
-from dr_core.runs.round_steps import spread_ranks  # noqa: E402
-from dr_core.runs.policy_eval import bootstrap_ci, evaluate_pairwise  # noqa: E402
-from dr_core.store.artifacts import Store  # noqa: E402
 
 METRICS = ("r_disc", "saturated_items", "anchor_tie_rate", "anchor_strict_accuracy", "unparseable")
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def log(msg: str) -> None:
@@ -75,7 +84,7 @@ def ci(values) -> dict:
 
 
 def prompt_metrics(records: list[dict]) -> dict:
-    """The five figures of one held-out prompt from its measurement rollouts (GeneratorReward records)."""
+    """The five figures of one prompt from its measurement rollouts (GeneratorReward records)."""
     parsed = [r for r in records if r["items"] is not None and r["scorable"]]
     sat, ties, right, pairs = [], 0, 0, 0
     for r in parsed:
@@ -98,23 +107,25 @@ def prompt_metrics(records: list[dict]) -> dict:
     }
 
 
-def measure(checkpoint: Path, verifier, rows: list[GeneratorRow], settings: GRPOSettings, n_rubrics: int,
+def measure(checkpoint, verifier, rows: list[GeneratorRow], settings: GRPOSettings, n_rubrics: int,
             seed: int) -> list[dict]:
-    """Sample ``n_rubrics`` rollouts per held-out row from ``checkpoint`` exactly as GRPO rolls out (text prompt with
-    the primer, rollout temperature and length), score them with the training reward code; per-prompt metrics."""
+    """Sample ``n_rubrics`` rollouts per row from ``checkpoint`` exactly as GRPO rolls out (text prompt with the
+    primer, rollout temperature and length; a float32 engine, so that a small update is not lost to bf16 rounding),
+    score them with the training reward code; per-prompt metrics."""
     import torch
     from vllm import SamplingParams, TokensPrompt
 
     from dr_core.engines import make_engine
 
-    eng = make_engine(engine_config(model=str(checkpoint), max_model_len=4096))
+    eng = make_engine(engine_config(model=str(checkpoint), max_model_len=4096, dtype="float32"))
     try:
         tok = eng.tokenizer
         ds = generator_dataset(rows, settings, tok)
         torch.manual_seed(seed)
         outs = eng.llm.generate(
             [TokensPrompt(prompt_token_ids=tok.encode(d["prompt"], add_special_tokens=False)) for d in ds],
-            SamplingParams(n=n_rubrics, temperature=settings.temperature, max_tokens=settings.max_completion_length),
+            SamplingParams(n=n_rubrics, temperature=settings.temperature, max_tokens=settings.max_completion_length,
+                           seed=seed),
             use_tqdm=False)
         eos = tok.eos_token_id
     finally:
@@ -137,171 +148,314 @@ def summarise(per_prompt: list[dict]) -> dict:
 
 
 def diff(before: list[dict], after: list[dict]) -> dict:
-    out = {}
-    for m in METRICS:
-        d = [a[m] - b[m] for a, b in zip(after, before) if a[m] is not None and b[m] is not None]
-        out[m] = ci(d)
+    return {m: ci([a[m] - b[m] for a, b in zip(after, before) if a[m] is not None and b[m] is not None])
+            for m in METRICS}
+
+
+def curve(history: list[dict], rollouts: list[dict], lam: float) -> dict:
+    """Training reward per step (mean and spread over each group's rollouts), steps without gradient, and the mean
+    of the first 10 steps against the last 10."""
+    steps = []
+    for h in history:
+        groups: dict[int, list[float]] = {}
+        for r in rollouts:
+            if r["step"] == h["step"]:
+                groups.setdefault(r["group_id"], []).append(r["r_disc"] + lam * r["r_anchor"])
+        spread = [float(np.std(v)) for v in groups.values()]
+        steps.append({"step": h["step"], "reward_mean": h["reward_mean"], "r_disc_mean": h["r_disc_mean"],
+                      "r_anchor_mean": h["r_anchor_mean"], "unparseable": h["unparseable"],
+                      "group_std": float(np.mean(spread)) if spread else None,
+                      "zero_std_groups": sum(s < 1e-6 for s in spread), "groups": len(groups)})
+    rewards = [s["reward_mean"] for s in steps]
+    n = min(10, len(rewards) // 2) or 1
+    return {"steps": steps, "first10": float(np.mean(rewards[:n])), "last10": float(np.mean(rewards[-n:])),
+            "r_disc_first10": float(np.mean([s["r_disc_mean"] for s in steps[:n]])),
+            "r_disc_last10": float(np.mean([s["r_disc_mean"] for s in steps[-n:]])),
+            "window": n, "steps_without_gradient": sum(s["zero_std_groups"] == s["groups"] for s in steps)}
+
+
+class Phases:
+    """Each phase's JSON result in the work directory, reused on a rerun."""
+
+    def __init__(self, work: Path):
+        self.dir = work / "phases"
+        self.dir.mkdir(parents=True, exist_ok=True)
+
+    def run(self, name: str, fn):
+        path = self.dir / f"{name}.json"
+        if path.exists():
+            log(f"{name}: reusing {path}")
+            return json.loads(path.read_text())
+        value = fn()
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(value, default=float))
+        tmp.replace(path)
+        return value
+
+
+def parse_sweep(text: str) -> list[dict]:
+    out = []
+    for part in text.split(","):
+        lr, r, k = part.split(":")
+        out.append({"lr": float(lr), "lora_r": int(r), "k": int(k)})
     return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--steps", type=int, default=20, help="GRPO steps of the generator update per seed")
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    ap.add_argument("--steps", type=int, default=60, help="generator GRPO steps per seed")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--train", type=int, default=12, help="training prompts (the first N anchor lists)")
-    ap.add_argument("--heldout", type=int, default=8, help="held-out prompts (the next N)")
-    ap.add_argument("--k", type=int, default=4, help="responses per prompt in C")
-    ap.add_argument("--c-tokens", type=int, default=96, help="longest response of C (tokens)")
+    ap.add_argument("--tune", type=int, default=12, help="tuning prompts (the next N)")
+    ap.add_argument("--heldout", type=int, default=24, help="held-out prompts (the last N)")
+    ap.add_argument("--sweep", default="5e-5:16:3,2e-4:16:3,2e-4:4:3,2e-4:16:4",
+                    help="settings tried on the tuning split: lr:lora_rank:K,...")
+    ap.add_argument("--sweep-steps", type=int, default=20, help="generator steps of each sweep setting")
+    ap.add_argument("--c-tokens", type=int, default=64, help="longest response of C (tokens)")
     ap.add_argument("--n-anchor", type=int, default=3)
     ap.add_argument("--rollouts", type=int, default=4, help="rubric rollouts per prompt in training (GRPO group)")
-    ap.add_argument("--eval-rubrics", type=int, default=2, help="rubrics sampled per held-out prompt")
-    ap.add_argument("--lr", type=float, default=1e-5, help="generator learning rate")
+    ap.add_argument("--eval-rubrics", type=int, default=4, help="rubrics sampled per measured prompt")
     ap.add_argument("--verifier", default="qwen2.5-coder-0.5b-instruct")
-    ap.add_argument("--verifier-prompt", default="plain", choices=["system", "plain"])
-    ap.add_argument("--verdict-mode", default="balanced", choices=["choice", "calibrated", "balanced"])
-    ap.add_argument("--policy-steps", type=int, default=2, help="steps of the one policy update with G(S)")
-    ap.add_argument("--policy-lr", type=float, default=5e-6)
-    ap.add_argument("--win-prompts", type=int, default=8, help="held-out Arena-Hard prompts for the win rate")
+    ap.add_argument("--policy-steps", type=int, default=10, help="policy steps with G(S) and with G(0) each")
+    ap.add_argument("--policy-lr", type=float, default=1e-4, help="policy learning rate (LoRA r16; not tuned)")
+    ap.add_argument("--policy-k", type=int, default=4, help="responses per prompt in a policy step")
+    ap.add_argument("--answer-tokens", type=int, default=128, help="most tokens of a judged held-out answer")
     ap.add_argument("--workdir", type=Path, default=None, help="scratch (default: the cache's bench-learning dir)")
+    ap.add_argument("--fresh", action="store_true", help="delete the work directory's earlier phases first")
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes to check that every phase runs")
     ap.add_argument("--output", type=Path, required=True)
     args = ap.parse_args()
+    if args.smoke:
+        args.steps, args.seeds, args.train, args.tune, args.heldout = 2, [0], 2, 2, 2
+        args.sweep, args.sweep_steps, args.eval_rubrics, args.policy_steps = "5e-5:16:3,2e-4:4:4", 1, 2, 1
     from dr_core.engines import make_engine
     from dr_core.model import prepare
 
     t0 = time.perf_counter()
-    work = args.workdir or cache_dir() / "bench-learning"
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
+    work = args.workdir or cache_dir() / ("bench-learning-smoke" if args.smoke else "bench-learning")
+    if args.fresh:
+        shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True, exist_ok=True)
+    phases = Phases(work)
+    sweep = parse_sweep(args.sweep)
+    k_max = max(s["k"] for s in sweep)
 
     # 1. splits and the audit
     lists = [r for r in load(bundled("anchors_alpacaeval.jsonl"), "ranked") if len(r.responses) >= args.n_anchor]
-    train, held = lists[:args.train], lists[args.train:args.train + args.heldout]
-    if len(held) < args.heldout:
-        raise SystemExit(f"only {len(lists)} anchor lists: --train + --heldout must be at most that")
+    if args.train + args.tune + args.heldout > len(lists):
+        raise SystemExit(f"only {len(lists)} anchor lists: --train + --tune + --heldout must be at most that")
+    train, tune = lists[:args.train], lists[args.train:args.train + args.tune]
+    held = lists[len(lists) - args.heldout:]
     store = Store.from_url(str(work / "store"))
-    for name, split in (("bench-train", train), ("bench-heldout", held)):
+    splits = {"bench-train": train, "bench-tune": tune, "bench-heldout": held}
+    for name, split in splits.items():
         store.write("prompts", [{"prompt_id": r.id, "prompt": r.prompt, "baseline": None} for r in split],
                     dataset=name)
-    overlap = sql.run(store.connect(), "split_overlap", {"heldout": "bench-heldout", "train": "bench-train"})
-    log(f"audit split_overlap: {overlap.num_rows} overlapping prompts (train {len(train)}, held-out {len(held)})")
-    if overlap.num_rows:
-        raise SystemExit(f"held-out prompts overlap training: {overlap.to_pylist()}")
+    overlap = 0
+    for a, b in (("bench-heldout", "bench-train"), ("bench-heldout", "bench-tune"), ("bench-tune", "bench-train")):
+        rows = sql.run(store.connect(), "split_overlap", {"heldout": a, "train": b})
+        overlap += rows.num_rows
+        if rows.num_rows:
+            raise SystemExit(f"{a} overlaps {b}: {rows.to_pylist()}")
+    log(f"audit split_overlap: no overlap (train {len(train)}, tune {len(tune)}, held-out {len(held)})")
 
     # 2. C from P(0), anchors
     base = prepare("default", log)
     prepare(args.verifier, log)
-    policy = make_engine(engine_config(model="default", max_model_len=4096))
-    try:
-        outs = policy.chat([prompts.policy_messages(r.prompt) for r in train + held], n=args.k, temperature=1.0,
-                           max_tokens=args.c_tokens, seed=0)
-    finally:
-        policy.close()
-    sets = {r.id: tuple(o.texts) for r, o in zip(train + held, outs)}
 
-    def rows_of(split):
-        return [GeneratorRow(i, r.prompt, sets[r.id],
-                             tuple(r.responses[k - 1] for k in spread_ranks(len(r.responses), args.n_anchor)))
+    def sample_c():
+        policy = make_engine(engine_config(model="default", max_model_len=4096))
+        try:
+            everything = train + tune + held
+            outs = policy.chat([prompts.policy_messages(r.prompt) for r in everything], n=k_max, temperature=1.0,
+                               max_tokens=args.c_tokens, seed=0)
+        finally:
+            policy.close()
+        return {r.id: list(o.texts) for r, o in zip(everything, outs)}
+
+    sets = phases.run("C", sample_c)
+
+    def rows_of(split, k):
+        return [GeneratorRow(i, r.prompt, tuple(sets[r.id][:k]),
+                             tuple(r.responses[j - 1] for j in spread_ranks(len(r.responses), args.n_anchor)))
                 for i, r in enumerate(split)]
 
-    train_rows, held_rows = rows_of(train), rows_of(held)
-    verifier = make_engine(engine_config(model=args.verifier, verifier_prompt=args.verifier_prompt,
-                                         verdict_mode=args.verdict_mode, max_model_len=4096))
-    result: dict = {"args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-                    "audit_overlap_rows": overlap.num_rows, "seeds": {}}
-    try:
-        def settings_of(seed: int) -> GRPOSettings:
-            return GRPOSettings(learning_rate=args.lr, num_generations=args.rollouts, max_completion_length=128,
-                                per_device_train_batch_size=args.rollouts, max_steps=args.steps,
-                                save_steps=args.steps, temperature=1.0, seed=seed)
+    def settings_of(seed: int, setting: dict, steps: int) -> GRPOSettings:
+        return GRPOSettings(learning_rate=setting["lr"], num_generations=args.rollouts, max_completion_length=128,
+                            per_device_train_batch_size=args.rollouts, max_steps=steps, save_steps=steps,
+                            temperature=1.0, seed=seed, rollouts="vllm", use_lora=True, lora_r=setting["lora_r"],
+                            lora_alpha=2 * setting["lora_r"])
 
-        # G(0) is one model: measured once (rubrics sampled with the first seed), the baseline of every seed
-        log(f"G(0) on {len(held_rows)} held-out prompts")
-        g0 = measure(base, verifier, held_rows, settings_of(args.seeds[0]), args.eval_rubrics, args.seeds[0])
+    def train_and_measure(tag: str, setting: dict, seed: int, steps: int, split) -> dict:
+        settings = settings_of(seed, setting, steps)
+        rows = rows_of(train, setting["k"])
+        log(f"{tag}: {steps} generator steps (lr {setting['lr']:g}, LoRA r{setting['lora_r']}, K {setting['k']}, "
+            f"seed {seed}) on {len(rows)} prompts")
+        out = work / tag / "generator"
+        shutil.rmtree(out, ignore_errors=True)
+        rollouts: list[dict] = []
+        tr = train_generator(base, rows, verifier, settings, out, on_rollouts=rollouts.extend)
+        log(f"{tag}: trained in {tr.seconds:.0f} s; measuring G(S)")
+        gs = measure(Path(tr.checkpoint), verifier, rows_of(split, setting["k"]), settings, args.eval_rubrics, seed)
+        return {"setting": setting, "seed": seed, "train_seconds": tr.seconds, "checkpoint": str(tr.checkpoint),
+                "curve": curve(tr.history, rollouts, settings.lam), "per_prompt": gs}
+
+    verifier = make_engine(engine_config(model=args.verifier, verifier_prompt="plain", verdict_mode="balanced",
+                                         max_model_len=4096))
+    result: dict = {"version": 2, "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+                    "splits": {k: [r.id for r in v] for k, v in splits.items()}, "audit_overlap_rows": overlap}
+
+    def save(partial: bool) -> None:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(json.dumps(result | {"partial": partial}, indent=2, default=float) + "\n")
+
+    try:
+        # 3. the sweep on the tuning split
+        result["sweep"] = []
+        g0_tune: dict[int, list] = {}
+        for i, setting in enumerate(sweep):
+            k = setting["k"]
+            if k not in g0_tune:
+                g0_tune[k] = phases.run(f"tune-G0-k{k}", lambda k=k: measure(
+                    base, verifier, rows_of(tune, k), settings_of(0, setting, 1), args.eval_rubrics, 0))
+            r = phases.run(f"tune-{i}", lambda s=setting, i=i: train_and_measure(
+                f"tune-{i}", s, 0, args.sweep_steps, tune))
+            d = diff(g0_tune[k], r["per_prompt"])
+            result["sweep"].append({"setting": setting, "steps": args.sweep_steps, "G0": summarise(g0_tune[k]),
+                                    "GS": summarise(r["per_prompt"]), "GS_minus_G0": d, "curve": r["curve"],
+                                    "train_seconds": r["train_seconds"]})
+            log(f"tune {setting}: R_disc gain {d['r_disc']['mean']}")
+        gains = [s["GS_minus_G0"]["r_disc"]["mean"] for s in result["sweep"]]
+        best = max(range(len(gains)), key=lambda i: (gains[i] if gains[i] is not None else -1e9, -i))
+        chosen = sweep[best]
+        result["chosen"] = chosen
+        log(f"chosen on the tuning split: {chosen}")
+        save(True)
+
+        # 4-5. seeds on the training prompts, measured on the held-out ones
+        k = chosen["k"]
+        g0 = phases.run(f"held-G0-k{k}", lambda: measure(base, verifier, rows_of(held, k),
+                                                          settings_of(args.seeds[0], chosen, 1), args.eval_rubrics,
+                                                          args.seeds[0]))
         result["G0"] = summarise(g0)
-        log(json.dumps({"G0": result["G0"]}, default=float))
+        result["seeds"] = {}
         for seed in args.seeds:
-            settings = settings_of(seed)
-            log(f"seed {seed}: training the generator, {args.steps} GRPO steps on {len(train_rows)} prompts")
-            rollouts: list[dict] = []
-            tr = train_generator(base, train_rows, verifier, settings, work / f"seed{seed}" / "generator",
-                                 on_rollouts=rollouts.extend)
-            steps = []
-            for h in tr.history:
-                adv = [r["advantage"] for r in rollouts if r["step"] == h["step"]]
-                groups = {}
-                for r in rollouts:
-                    if r["step"] == h["step"]:
-                        groups.setdefault(r["group_id"], []).append(r["r_disc"] + settings.lam * r["r_anchor"])
-                zero = sum(float(np.std(v)) < 1e-6 for v in groups.values())
-                steps.append({"step": h["step"], "reward_mean": h["reward_mean"], "r_disc_mean": h["r_disc_mean"],
-                              "r_anchor_mean": h["r_anchor_mean"], "unparseable": h["unparseable"],
-                              "zero_std_groups": zero, "groups": len(groups), "n_adv": len(adv)})
-            log(f"seed {seed}: trained in {tr.seconds:.0f} s; G(S) on held-out prompts")
-            gs = measure(Path(tr.checkpoint), verifier, held_rows, settings, args.eval_rubrics, seed)
-            result["seeds"][seed] = {"train_seconds": tr.seconds, "train_steps": steps, "G0": summarise(g0),
-                                     "GS": summarise(gs), "GS_minus_G0": diff(g0, gs),
-                                     "per_prompt": {"G0": g0, "GS": gs}, "checkpoint": tr.checkpoint}
-            log(json.dumps({"seed": seed, "G0": summarise(g0), "GS": summarise(gs)}, default=float))
-            args.output.parent.mkdir(parents=True, exist_ok=True)  # what is done so far, in case a later part fails
-            args.output.write_text(json.dumps(result | {"partial": True}, indent=2, default=float) + "\n")
-        # pooled over seeds: per prompt, the mean of G(S) over seeds, against G(0)
+            r = phases.run(f"seed-{seed}", lambda seed=seed: train_and_measure(
+                f"seed-{seed}", chosen, seed, args.steps, held))
+            result["seeds"][seed] = {"train_seconds": r["train_seconds"], "curve": r["curve"], "G0": summarise(g0),
+                                     "GS": summarise(r["per_prompt"]), "GS_minus_G0": diff(g0, r["per_prompt"]),
+                                     "per_prompt": {"G0": g0, "GS": r["per_prompt"]}, "checkpoint": r["checkpoint"]}
+            log(json.dumps({"seed": seed, "GS_minus_G0": result["seeds"][seed]["GS_minus_G0"]["r_disc"],
+                            "first10": r["curve"]["first10"], "last10": r["curve"]["last10"]}, default=float))
+            save(True)
         per = [result["seeds"][s]["per_prompt"]["GS"] for s in args.seeds]
         gs_pooled = [{m: (float(np.mean([p[i][m] for p in per if p[i][m] is not None]))
                           if any(p[i][m] is not None for p in per) else None) for m in METRICS}
-                     for i in range(len(held_rows))]
+                     for i in range(len(held))]
         result["pooled"] = {"G0": summarise(g0), "GS": summarise(gs_pooled), "GS_minus_G0": diff(g0, gs_pooled)}
+        save(True)
 
-        # 5. one policy update with G(S) of the first seed, then P(1) vs P(0)
+        # 6. policy: P(0) trained by G(S) of the first seed and by G(0), judged on the held-out prompts
         gs_ckpt = result["seeds"][args.seeds[0]]["checkpoint"]
-        k = args.k
-        pset = GRPOSettings(learning_rate=args.policy_lr, num_generations=k, max_completion_length=64,
-                            per_device_train_batch_size=2 * k, max_steps=args.policy_steps,
-                            save_steps=args.policy_steps, temperature=1.0, rubric_max_tokens=384, seed=0)
-        log(f"policy update with G(S): {args.policy_steps} steps, 2 groups of K={k} per step")
-        prec: list[dict] = []
-        gen_engine = make_engine(engine_config(model=gs_ckpt, max_model_len=4096))
-        try:
-            ptr = train_policy(base, [PolicyRow(i, r.id, r.prompt) for i, r in enumerate(train)], gen_engine,
-                               verifier, pset, work / "policy", on_rollouts=prec.extend)
-        finally:
-            gen_engine.close()
-        groups: dict[tuple[int, int], list[float]] = {}
-        for r in prec:
-            if r["score"] is not None:
-                groups.setdefault((r["step"], r["group_id"]), []).append(float(r["score"]))
-        stds = [{"step": s, "group": g, "reward_std": float(np.std(v)), "n": len(v)}
-                for (s, g), v in sorted(groups.items())]
-        win_rows = load(bundled("policy_eval_arenahard.jsonl"), "policy_eval")[:args.win_prompts]
-        p1 = make_engine(engine_config(model=ptr.checkpoint, max_model_len=4096))
-        p0 = make_engine(engine_config(model="default", max_model_len=4096))
-        try:
-            metrics, _ = evaluate_pairwise(p1, verifier, win_rows, baseline=p0, max_tokens=128, seed=0)
-        finally:
-            p1.close()
-            p0.close()
-        result["policy"] = {"steps": ptr.steps, "seconds": ptr.seconds, "group_reward_std": stds,
-                            "zero_std_share": (sum(s["reward_std"] < 1e-6 for s in stds) / len(stds)) if stds
-                            else None, "win_rate_vs_P0": metrics}
+        pset = GRPOSettings(learning_rate=args.policy_lr, num_generations=args.policy_k, max_completion_length=64,
+                            per_device_train_batch_size=2 * args.policy_k, max_steps=args.policy_steps,
+                            save_steps=args.policy_steps, temperature=1.0, rubric_max_tokens=256, seed=0,
+                            rollouts="vllm", use_lora=True)
+
+        def policy_update(name: str, generator_ckpt) -> dict:
+            log(f"policy update with {name}: {args.policy_steps} steps, 2 groups of K={args.policy_k} per step")
+            prec: list[dict] = []
+            out = work / f"policy-{name}"
+            shutil.rmtree(out, ignore_errors=True)
+            gen_engine = make_engine(engine_config(model=str(generator_ckpt), max_model_len=4096))
+            try:
+                ptr = train_policy(base, [PolicyRow(i, r.id, r.prompt) for i, r in enumerate(train)], gen_engine,
+                                   verifier, pset, out, on_rollouts=prec.extend)
+            finally:
+                gen_engine.close()
+            groups: dict[tuple[int, int], list[float]] = {}
+            for r in prec:
+                if r["score"] is not None:
+                    groups.setdefault((r["step"], r["group_id"]), []).append(float(r["score"]))
+            steps = [{"step": s, "reward_mean": float(np.mean([np.mean(v) for (st, _g), v in groups.items()
+                                                               if st == s])),
+                      "group_std": float(np.mean([np.std(v) for (st, _g), v in groups.items() if st == s]))}
+                     for s in sorted({s for s, _ in groups})]
+            return {"checkpoint": str(ptr.checkpoint), "seconds": ptr.seconds, "steps": steps,
+                    "zero_std_groups": sum(float(np.std(v)) < 1e-6 for v in groups.values()),
+                    "groups": len(groups), "unscorable": sum(r["score"] is None for r in prec)}
+
+        pols = {"P_GS": phases.run("policy-GS", lambda: policy_update("GS", gs_ckpt)),
+                "P_G0": phases.run("policy-G0", lambda: policy_update("G0", base))}
+        result["policy"] = {"updates": pols}
+
+        def answers() -> dict:
+            out = {}
+            for name, ckpt in (("P0", base), ("P_GS", pols["P_GS"]["checkpoint"]),
+                               ("P_G0", pols["P_G0"]["checkpoint"])):
+                eng = make_engine(engine_config(model=str(ckpt), max_model_len=4096, dtype="float32"))
+                try:
+                    outs = eng.chat([prompts.policy_messages(r.prompt) for r in held], n=1, temperature=0.0,
+                                    max_tokens=args.answer_tokens, seed=0)
+                finally:
+                    eng.close()
+                out[name] = [o.texts[0] for o in outs]
+            return out
+
+        ans = phases.run("answers", answers)
     finally:
         verifier.close()
+    data = work / "heldout_prompts.jsonl"
+    data.write_text("".join(json.dumps({"id": r.id, "prompt": r.prompt}) + "\n" for r in held))
+    for name, texts in ans.items():
+        (work / f"answers_{name}.jsonl").write_text(
+            "".join(json.dumps({"id": r.id, "answer": a}) + "\n" for r, a in zip(held, texts)))
+    result["policy"]["identical_answers"] = {
+        f"{a}_vs_{b}": sum(x == y for x, y in zip(ans[a], ans[b])) for a, b in
+        (("P_GS", "P0"), ("P_G0", "P0"), ("P_GS", "P_G0"))}
+    result["policy"]["judged"] = {}
+    for a, b in (("P_GS", "P0"), ("P_G0", "P0"), ("P_GS", "P_G0")):
+        out = work / f"judge_{a}_vs_{b}.json"
+        cmd = [str(ROOT / ".venv" / "bin" / "dr"), "eval-policy", "--data", str(data),
+               "--policy", str(work / f"answers_{a}.jsonl"), "--baseline", str(work / f"answers_{b}.jsonl"),
+               "--judge", args.verifier, "--output", str(out)]
+        log("judging: " + " ".join(cmd[1:]))
+        subprocess.run(cmd, check=True)
+        result["policy"]["judged"][f"{a}_vs_{b}"] = json.loads(out.read_text())
     result["seconds"] = time.perf_counter() - t0
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2, default=float) + "\n")
-    f = lambda c: "-" if c["mean"] is None else (  # noqa: E731
-        f"{c['mean']:.3f} [{c['ci95'][0]:.3f}, {c['ci95'][1]:.3f}]" if c["ci95"] else f"{c['mean']:.3f}")
-    print("\n| seed | model | " + " | ".join(METRICS) + " |")
-    print("|---|---|" + "---|" * len(METRICS))
-    for s in args.seeds:
-        for key in ("G0", "GS", "GS_minus_G0"):
-            print(f"| {s} | {key} | " + " | ".join(f(result['seeds'][s][key][m]) for m in METRICS) + " |")
-    for key in ("G0", "GS", "GS_minus_G0"):
-        print(f"| pooled | {key} | " + " | ".join(f(result['pooled'][key][m]) for m in METRICS) + " |")
-    pol = result["policy"]
-    w = pol["win_rate_vs_P0"]
-    print(f"\npolicy update: {pol['steps']} steps, zero-std share {pol['zero_std_share']}, group reward std "
-          f"{[round(s['reward_std'], 3) for s in pol['group_reward_std']]}; win rate P(1) vs P(0) "
-          f"{w.get('win_rate')} (CI {w.get('win_rate_ci95')}, ties {w.get('tie_rate')}, n {w.get('n')})")
+    save(False)
+    print_tables(result, args.seeds)
     print(f"wrote {args.output} in {result['seconds'] / 60:.1f} min")
+
+
+def fmt(c: dict) -> str:
+    if c["mean"] is None:
+        return "-"
+    return f"{c['mean']:+.3f} [{c['ci95'][0]:+.3f}, {c['ci95'][1]:+.3f}]" if c["ci95"] else f"{c['mean']:+.3f}"
+
+
+def print_tables(result: dict, seeds) -> None:
+    print("\n| setting (lr, rank, K) | tuning R_disc gain | reward first10 -> last10 |\n|---|---|---|")
+    for s in result["sweep"]:
+        c = s["curve"]
+        print(f"| {s['setting']['lr']:g}, {s['setting']['lora_r']}, {s['setting']['k']} | "
+              f"{fmt(s['GS_minus_G0']['r_disc'])} | {c['first10']:.3f} -> {c['last10']:.3f} |")
+    print("\n| seed | model | " + " | ".join(METRICS) + " |\n|---|---|" + "---|" * len(METRICS))
+    for s in seeds:
+        for key in ("G0", "GS", "GS_minus_G0"):
+            print(f"| {s} | {key} | " + " | ".join(fmt(result['seeds'][s][key][m]) for m in METRICS) + " |")
+    for key in ("G0", "GS", "GS_minus_G0"):
+        print(f"| pooled | {key} | " + " | ".join(fmt(result['pooled'][key][m]) for m in METRICS) + " |")
+    print("\n| seed | reward first 10 | last 10 | R_disc first 10 | last 10 | steps without gradient |")
+    print("|---|---|---|---|---|---|")
+    for s in seeds:
+        c = result["seeds"][s]["curve"]
+        print(f"| {s} | {c['first10']:.3f} | {c['last10']:.3f} | {c['r_disc_first10']:.3f} | "
+              f"{c['r_disc_last10']:.3f} | {c['steps_without_gradient']} |")
+    print("\n| comparison | win rate [95% CI] | ties | wins/losses | position bias |\n|---|---|---|---|---|")
+    for name, m in result["policy"]["judged"].items():
+        print(f"| {name} | {m.get('win_rate')} {m.get('win_rate_ci95')} | {m.get('tie_rate')} | "
+              f"{m.get('wins')}/{m.get('losses')} | {m.get('judge_position_bias')} |")
 
 
 if __name__ == "__main__":
