@@ -72,7 +72,8 @@ def test_a_judge_with_only_position_bias_ties_everything():
     eng = content_judge(bias=4.0, preference=0.0)
     verdicts, info = j.judge_both_orders(eng, ["q1", "q2"], ["GOOD", "x"], ["y", "GOOD"])
     assert [v["outcome"] for v in verdicts] == [0.5, 0.5]
-    assert info["judge_position_bias"] == pytest.approx(4.0) and info["judge_position_a_rate"] == 1.0
+    assert info["judge_position_bias"] == pytest.approx(4.0) and info["judge_first_shown_rate"] == 1.0
+    assert info["judge_position_a_rate"] is None  # no verdict was decided by position: nothing to warn about
 
 
 def test_swapping_the_answers_negates_d():

@@ -1,5 +1,5 @@
-"""dr eval-policy on the real default model (policy and judge) against the shipped Arena-Hard baseline answers, a
-verifiable math task, and the in-loop task writing the win rate to the eval table. Kept to 2 prompts and short
+"""dr eval-policy on the real default model (policy and judge) against the shipped Arena-Hard baseline answers, the
+same answers saved and judged again with the sides swapped (no generation), a verifiable math task, and the in-loop task writing the win rate to the eval table. Kept to 2 prompts and short
 answers: a couple of minutes on a 2-core CPU."""
 
 import json
@@ -23,7 +23,8 @@ def test_eval_policy_default_model_against_shipped_baselines(default_model_dir, 
     assert res.exit_code == 0, res.output
     m = json.loads(out.read_text())
     assert m["n"] == 2 and m["judge_verdicts"] == 4
-    assert m["judge_invalid"] == 0                      # structured choice: always "A" or "B"
+    assert m["judge_procedure"] == "logodds" and m["judge_fallback"] is None and m["judge_tie_threshold"] == 0.01
+    assert m["judge_invalid"] == 0                      # "A" and "B" are among the judge's top first tokens
     assert m["scored"] + m["unscorable"] == 2
     assert m["wins"] + m["ties"] + m["losses"] == m["scored"]
     # a tie counts half (the two orders disagree)
@@ -33,7 +34,28 @@ def test_eval_policy_default_model_against_shipped_baselines(default_model_dir, 
     assert m["policy_mean_tokens"] <= 32 and m["baseline_mean_chars"] > 0 and m["baseline"] == "data:baseline"
     assert m["judge"] == m["policy"]
     lines = [json.loads(x) for x in recs.read_text().splitlines()]
-    assert [r["judge_policy_as_a"] in ("A", "B") for r in lines] == [True, True]
+    for r in lines:  # d is half the difference of the two orders' A-vs-B log-odds, and decides the outcome
+        assert r["judge_d"] == pytest.approx((r["judge_policy_as_a"] - r["judge_policy_as_b"]) / 2)
+        assert r["outcome"] == (1.0 if r["judge_d"] > 0.01 else 0.0 if r["judge_d"] < -0.01 else 0.5)
+    assert m["judge_position_bias"] == pytest.approx(
+        sum(r["judge_policy_as_a"] + r["judge_policy_as_b"] for r in lines) / 4)
+
+    # the same answers, saved, judged again with the sides swapped: nothing is generated, d changes sign
+    data, pol, base = tmp_path / "prompts.jsonl", tmp_path / "policy.jsonl", tmp_path / "baseline.jsonl"
+    data.write_text("".join(json.dumps({"id": r["id"], "prompt": r["prompt"]}) + "\n" for r in lines))
+    pol.write_text("".join(json.dumps({"id": r["id"], "answer": r["policy"]}) + "\n" for r in lines))
+    base.write_text("".join(json.dumps({"id": r["id"], "answer": r["baseline"]}) + "\n" for r in lines))
+    out2, recs2 = tmp_path / "m2.json", tmp_path / "r2.jsonl"
+    res = runner.invoke(app, ["eval-policy", "--policy", str(base), "--baseline", str(pol), "--judge", "default",
+                              "--data", str(data), "--max-model-len", "2048", "--output", str(out2),
+                              "--records", str(recs2)])
+    assert res.exit_code == 0, res.output
+    m2 = json.loads(out2.read_text())
+    assert m2["policy"] == f"file:{base}" and m2["baseline"] == f"file:{pol}" and m2["policy_mean_tokens"] is None
+    swapped = [json.loads(x) for x in recs2.read_text().splitlines()]
+    for a, b in zip(lines, swapped):
+        assert b["judge_d"] == pytest.approx(-a["judge_d"], abs=1e-3)
+    assert (m2["wins"], m2["losses"]) == (m["losses"], m["wins"])
 
 
 def test_eval_policy_verifiable_math(default_model_dir, tmp_path):

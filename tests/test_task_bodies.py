@@ -8,6 +8,8 @@ import datetime as dt
 
 import pytest
 
+from dr_core.evaluator.judge import judge_engine_config
+
 from dr_core.engines.pool import EnginePool
 from dr_core.presets import coevolve_preset, preset
 from dr_core.store.artifacts import Store
@@ -163,12 +165,14 @@ def test_record_steps_writes_one_row_per_step_and_replaces_its_file(store):
 def test_evaluate_policy_writes_the_heldout_prompts_and_one_eval_row_per_metric(monkeypatch, store):
     cfg = coevolve_preset("tiny", policy_eval={"limit": 2})
     # policy, baseline P(0) and judge: the same answer everywhere; the judge says "A", the first choice
-    serve(monkeypatch, cfg.round.engines, FakeEngine("the same answer", model_name="scripted"))
+    fake = serve(monkeypatch, cfg.round.engines, FakeEngine("the same answer", model_name="scripted"))
+    # the judge is the verifier's model in float32 (log-odds); this one returns no log-probabilities
+    runtime.adopt_engine(judge_engine_config(cfg.round.engines.verifier), fake)
     ref = evaluate_policy.fn(cfg, {"uri": "default", "fingerprint": "sha-of-p1"}, store, RUN, T)
     assert ref["uri"].endswith(_partition("eval", "policy-eval"))
-    # "A" in both orders: every pair a tie, counted half
+    # no log-probabilities: structured choice, "A" in both orders: every pair a tie, counted half
     assert ref["metrics"]["n"] == 2 and ref["metrics"]["win_rate"] == 0.5 and ref["metrics"]["tie_rate"] == 1.0
-    assert ref["metrics"]["judge_position_a_rate"] == 1.0
+    assert ref["metrics"]["judge_position_a_rate"] == 1.0 and ref["metrics"]["judge_procedure"] == "choice"
     rows = {r["metric"]: r for r in _read(store, ref)}
     assert rows["win_rate"]["value"] == 0.5 and rows["n"]["value"] == 2
     assert {(r["checkpoint"], r["benchmark"]) for r in rows.values()} == {("sha-of-p1", "policy-eval-arenahard.vs-P0")}

@@ -148,7 +148,10 @@ def judge_both_orders(judge: Engine, texts: Sequence[str], first: Sequence[str],
             firsts = [x for a, b in pairs for x in (a, b) if x is not None]
             info |= {"judge_verdicts": 2 * len(pairs), "judge_invalid": sum(x is None for p in pairs for x in p),
                      "judge_position_bias": (sum(sums) / len(sums)) if sums else None,
-                     "judge_position_a_rate": (sum(x > 0 for x in firsts) / len(firsts)) if firsts else None,
+                     # the order cancels in d: no verdict is decided by position, so there is no pick rate
+                     "judge_position_a_rate": None,
+                     # share of verdicts whose log-odds leaned to the first-shown answer (0.5: no lean)
+                     "judge_first_shown_rate": (sum(x > 0 for x in firsts) / len(firsts)) if firsts else None,
                      "judge_mean_abs_d": (sum(abs(v["d"]) for v in verdicts if v["d"] is not None) / len(sums))
                      if sums else None}
             return verdicts, info
@@ -160,5 +163,6 @@ def judge_both_orders(judge: Engine, texts: Sequence[str], first: Sequence[str],
              "judge_position_bias": None,
              # share of valid verdicts that picked the first-shown answer: 0.5 = no position bias
              "judge_position_a_rate": (sum(c == "A" for c in picks) / len(picks)) if picks else None,
+             "judge_first_shown_rate": (sum(c == "A" for c in picks) / len(picks)) if picks else None,
              "judge_mean_abs_d": None}
     return [{"outcome": choice_outcome(a, b), "as_a": a, "as_b": b, "d": None} for a, b in pairs_c], info

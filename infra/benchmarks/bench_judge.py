@@ -75,7 +75,7 @@ def main() -> None:
                 row = {"n": m["n"], "accuracy": m["wins"] / m["n"], "tie_rate": m["tie_rate"],
                        "unscorable": m["unscorable"], "decisive_accuracy": m["wins"] / scored if scored else None,
                        "decisive": scored, "win_rate": m["win_rate"], "win_rate_ci95": m["win_rate_ci95"],
-                       "position_bias": m["judge_position_bias"], "first_shown_rate": m["judge_position_a_rate"],
+                       "position_bias": m["judge_position_bias"], "first_shown_rate": m["judge_first_shown_rate"],
                        "mean_abs_d": m["judge_mean_abs_d"], "procedure_used": m["judge_procedure"],
                        "fallback": m["judge_fallback"], "seconds": round(time.perf_counter() - t0, 1)}
                 if proc == "logodds":  # how the tie threshold moves accuracy (reported, not chosen on)
