@@ -171,7 +171,9 @@ def _win_rate_cell(r: dict) -> str:
     if not pe:
         return "-"
     ci = pe.get("win_rate_ci95")
-    return f"{_fmt(pe['win_rate'])}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "") + f" (n={pe['n']})"
+    same = pe.get("identical_answers")
+    note = (f"; {same} of {pe['n']} answers identical to P(0)'s: a tie each" if same else "")
+    return f"{_fmt(pe['win_rate'])}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "") + f" (n={pe['n']}{note})"
 
 
 def _yes_rate_cell(r: dict) -> str:

@@ -67,5 +67,5 @@ def evaluate_policy(cfg: CoevolveConfig, policy: dict, store: str, run_id: str, 
                                       judge=model_id(judge_cfg), seed=cfg.round.seed)
     ref = write_ref(s, "eval", eval_rows, "policy-eval", run_id=run_id, round=round_no)
     keep = ("n", "unscorable", "win_rate", "tie_rate", "win_rate_ci95", "policy_mean_chars", "baseline_mean_chars",
-            "judge_position_a_rate", "judge_position_bias", "judge_procedure", "judge")
+            "judge_position_a_rate", "judge_position_bias", "judge_procedure", "identical_answers", "judge")
     return ref | {"metrics": {k: metrics[k] for k in keep}}

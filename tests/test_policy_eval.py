@@ -274,3 +274,13 @@ def test_judge_and_score_with_log_odds_records_d_and_the_bias(tmp_path):
     assert [r["judge_d"] for r in records] == [pytest.approx(0.8), pytest.approx(-0.8)]
     assert metrics["judge_procedure"] == "logodds" and metrics["judge_position_bias"] == pytest.approx(1.5)
     assert metrics["judge_tie_threshold"] == 0.01 and metrics["identical_answers"] == 0
+
+
+def test_the_coevolution_table_says_when_a_win_rate_is_all_identical_answers():
+    from cli.main import _win_rate_cell
+
+    pe_metrics = {"win_rate": 0.5, "win_rate_ci95": [0.5, 0.5], "n": 4, "identical_answers": 4}
+    assert _win_rate_cell({"policy_eval": pe_metrics}) == (
+        "0.5000 [0.50, 0.50] (n=4; 4 of 4 answers identical to P(0)'s: a tie each)")
+    assert _win_rate_cell({"policy_eval": {**pe_metrics, "identical_answers": 0}}) == "0.5000 [0.50, 0.50] (n=4)"
+    assert _win_rate_cell({"policy_eval": None}) == "-"
