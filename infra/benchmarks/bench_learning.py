@@ -223,8 +223,14 @@ def main() -> None:
     ap.add_argument("--workdir", type=Path, default=None, help="scratch (default: the cache's bench-learning dir)")
     ap.add_argument("--fresh", action="store_true", help="delete the work directory's earlier phases first")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes to check that every phase runs")
-    ap.add_argument("--output", type=Path, required=True)
+    ap.add_argument("--output", type=Path, help="the result JSON (required unless --render)")
+    ap.add_argument("--render", type=Path, help="print the README block of a finished result JSON and exit")
     args = ap.parse_args()
+    if args.render:
+        print(markdown(json.loads(args.render.read_text())))
+        return
+    if args.output is None:
+        ap.error("--output is required")
     if args.smoke:
         args.steps, args.seeds, args.train, args.tune, args.heldout = 2, [0], 2, 2, 2
         args.sweep, args.sweep_steps, args.eval_rubrics, args.policy_steps = "5e-5:16:3,2e-4:4:4", 1, 2, 1
@@ -434,28 +440,58 @@ def fmt(c: dict) -> str:
     return f"{c['mean']:+.3f} [{c['ci95'][0]:+.3f}, {c['ci95'][1]:+.3f}]" if c["ci95"] else f"{c['mean']:+.3f}"
 
 
-def print_tables(result: dict, seeds) -> None:
-    print("\n| setting (lr, rank, K) | tuning R_disc gain | reward first10 -> last10 |\n|---|---|---|")
-    for s in result["sweep"]:
-        c = s["curve"]
-        print(f"| {s['setting']['lr']:g}, {s['setting']['lora_r']}, {s['setting']['k']} | "
-              f"{fmt(s['GS_minus_G0']['r_disc'])} | {c['first10']:.3f} -> {c['last10']:.3f} |")
-    print("\n| seed | model | " + " | ".join(METRICS) + " |\n|---|---|" + "---|" * len(METRICS))
-    for s in seeds:
-        for key in ("G0", "GS", "GS_minus_G0"):
-            print(f"| {s} | {key} | " + " | ".join(fmt(result['seeds'][s][key][m]) for m in METRICS) + " |")
-    for key in ("G0", "GS", "GS_minus_G0"):
-        print(f"| pooled | {key} | " + " | ".join(fmt(result['pooled'][key][m]) for m in METRICS) + " |")
-    print("\n| seed | reward first 10 | last 10 | R_disc first 10 | last 10 | steps without gradient |")
-    print("|---|---|---|---|---|---|")
-    for s in seeds:
-        c = result["seeds"][s]["curve"]
-        print(f"| {s} | {c['first10']:.3f} | {c['last10']:.3f} | {c['r_disc_first10']:.3f} | "
-              f"{c['r_disc_last10']:.3f} | {c['steps_without_gradient']} |")
-    print("\n| comparison | win rate [95% CI] | ties | wins/losses | position bias |\n|---|---|---|---|---|")
-    for name, m in result["policy"]["judged"].items():
-        print(f"| {name} | {m.get('win_rate')} {m.get('win_rate_ci95')} | {m.get('tie_rate')} | "
-              f"{m.get('wins')}/{m.get('losses')} | {m.get('judge_position_bias')} |")
+def markdown(result: dict) -> str:
+    """The README's results block of a finished run: sizes, sweep, curves, held-out table, policy comparison."""
+    a, seeds = result["args"], list(result["seeds"])
+    ch = result["chosen"]
+    out = [f"Measured here (2 cores, one run of the protocol, {result['seconds'] / 60:.0f} min; audit: "
+           f"{result['audit_overlap_rows']} overlapping prompts). Chosen on the tuning split: learning rate "
+           f"{ch['lr']:g}, LoRA rank {ch['lora_r']}, K {ch['k']}. Means with 95 % bootstrap intervals over prompts.",
+           "", "Sweep (tuning split, seed 0, "
+           f"{a['sweep_steps']} steps each):", "",
+           "| lr | LoRA rank | K | tuning R_disc gain | reward first 10 -> last 10 | steps without gradient |",
+           "|---|---|---|---|---|---|"]
+    for sw in result["sweep"]:
+        c, st = sw["curve"], sw["setting"]
+        out.append(f"| {st['lr']:g} | {st['lora_r']} | {st['k']} | {fmt(sw['GS_minus_G0']['r_disc'])} | "
+                   f"{c['first10']:.3f} -> {c['last10']:.3f} | {c['steps_without_gradient']} |")
+    out += ["", f"Training ({a['steps']} generator steps a seed on the {a['train']} training prompts; reward = "
+            "R_disc + R_anchor, one group of 4 rollouts a step):", "",
+            "| seed | reward, first 10 steps | last 10 | R_disc, first 10 | last 10 | steps without gradient |",
+            "|---|---|---|---|---|---|"]
+    for sd in seeds:
+        c = result["seeds"][sd]["curve"]
+        out.append(f"| {sd} | {c['first10']:.3f} | {c['last10']:.3f} | {c['r_disc_first10']:.3f} | "
+                   f"{c['r_disc_last10']:.3f} | {c['steps_without_gradient']} |")
+    out += ["", f"Held out ({a['heldout']} prompts, {a['eval_rubrics']} rubrics each):", "",
+            "| model | " + " | ".join(METRICS) + " |", "|---|" + "---|" * len(METRICS)]
+    rows = [("G(0)", result["G0"])]
+    for sd in seeds:
+        rows += [(f"G(S) seed {sd}", result["seeds"][sd]["GS"]),
+                 (f"G(S) - G(0) seed {sd}", result["seeds"][sd]["GS_minus_G0"])]
+    rows += [("G(S) pooled", result["pooled"]["GS"]), ("**G(S) - G(0) pooled**", result["pooled"]["GS_minus_G0"])]
+    out += [f"| {name} | " + " | ".join(fmt(v[m]) for m in METRICS) + " |" for name, v in rows]
+    pol = result["policy"]
+    out += ["", f"Policy ({a['policy_steps']} steps each from P(0), judged on the {a['heldout']} held-out prompts):",
+            "", "| comparison | win rate [95 % CI] | wins / ties / losses | identical answers | judge position bias |",
+            "|---|---|---|---|---|"]
+    for name, m in pol["judged"].items():
+        ci = m.get("win_rate_ci95") or [None, None]
+        pb = m.get("judge_position_bias")
+        out.append(f"| {name.replace('_vs_', ' vs ')} | {m['win_rate']:.3f} [{ci[0]:.3f}, {ci[1]:.3f}] | "
+                   f"{m['wins']} / {m['ties']} / {m['losses']} | {m.get('identical_answers')} | "
+                   + ("-" if pb is None else f"{pb:+.3f}") + " |")
+    for name, u in pol["updates"].items():
+        first = [s["reward_mean"] for s in u["steps"][:3]]
+        last = [s["reward_mean"] for s in u["steps"][-3:]]
+        out.append(f"\n{name}: {len(u['steps'])} steps in {u['seconds']:.0f} s, reward (mean Eq. 12 score) first 3 "
+                   f"steps {np.mean(first):.3f}, last 3 {np.mean(last):.3f}; {u['zero_std_groups']} of {u['groups']} "
+                   "groups with zero reward std.")
+    return "\n".join(out)
+
+
+def print_tables(result: dict, seeds=None) -> None:
+    print("\n" + markdown(result))
 
 
 if __name__ == "__main__":
