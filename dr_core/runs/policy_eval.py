@@ -37,7 +37,7 @@ from dr_core.evaluator.judge import DEFAULT_PROCEDURE, TIE_THRESHOLD, JudgeProce
 from dr_core.rubric import prompts
 from dr_core.config import DEFAULT_MODEL, EngineConfig, engine_config
 from dr_core.datasets import DataError, PromptRow, VerifiableRow, load
-from dr_core.engines import PROMPT_TOO_LONG, Completion, Engine
+from dr_core.engines import PROMPT_TOO_LONG, Engine
 from dr_core.engines.pool import EnginePool
 
 Log = Callable[[str], None]
