@@ -25,7 +25,7 @@ from dr_core.runs.round_steps import dataset_name, resolve_data
 from dr_core.presets import CoevolveConfig
 from dr_core.store.artifacts import Store
 from tasks.round import MODEL_STEP
-from tasks.runtime import engine_for, model_id, write_ref
+from tasks.runtime import engine_for, keep_engines, model_id, write_ref
 
 
 def _policy_engine(cfg: CoevolveConfig, s: Store, ref: dict) -> EngineConfig:
@@ -58,10 +58,13 @@ def evaluate_policy(cfg: CoevolveConfig, policy: dict, store: str, run_id: str, 
     pol_cfg = _policy_engine(cfg, s, policy)
     base_cfg = cfg.round.engines.policy
     judge_cfg = judge_engine_config(pe.judge or cfg.round.engines.verifier, pe.judge_procedure)
-    metrics, _records = policy_eval.evaluate_pairwise(
-        engine_for(pol_cfg), engine_for(judge_cfg), rows, baseline=engine_for(base_cfg),
-        max_tokens=pe.max_tokens, seed=cfg.round.seed, procedure=pe.judge_procedure, threshold=pe.tie_threshold,
-    )
+    texts, seed = [r.prompt for r in rows], cfg.round.seed
+    keep_engines(pol_cfg, base_cfg)  # one phase at a time: the answering models, then the judge alone
+    pol = policy_eval.answer_prompts(engine_for(pol_cfg), texts, max_tokens=pe.max_tokens, seed=seed)
+    base = policy_eval.answer_prompts(engine_for(base_cfg), texts, max_tokens=pe.max_tokens, seed=seed)
+    keep_engines(judge_cfg)
+    metrics, _records = policy_eval.judge_and_score(engine_for(judge_cfg), rows, pol, base, seed=seed,
+                                                    procedure=pe.judge_procedure, threshold=pe.tie_threshold)
     eval_rows = policy_eval.eval_rows(metrics, benchmark=f"{dataset_name(pe.data)}.vs-P0",
                                       checkpoint=policy["fingerprint"],
                                       judge=model_id(judge_cfg), seed=cfg.round.seed)
