@@ -15,7 +15,7 @@ import math
 import statistics
 import time
 import weakref
-from typing import Sequence
+from typing import Callable, Sequence
 
 from dr_core.config import VerdictMode, VerifierPrompt
 from dr_core.constants import UNSCORABLE
@@ -59,10 +59,16 @@ def yes_no_logodds(top: dict[str, float] | None) -> float | None:
     absent from the top N is given the smallest log-probability shown (an upper bound on its own). None when
     neither word is among them (nothing to read) or nothing was returned. Capped at +-50.
     """
+    return label_logodds(top, _verdict_word)
+
+
+def label_logodds(top: dict[str, float] | None, label: Callable[[str], int | None]) -> float | None:
+    """log P(label 1) - log P(label 0) at the first generated token, ``label`` reading each token of the top-N as 1,
+    0 or neither; the rules of ``yes_no_logodds`` (floor for an absent label, None when neither shows, +-50 cap)."""
     if not top:
         return None
-    yes = [lp for t, lp in top.items() if _verdict_word(t) == 1]
-    no = [lp for t, lp in top.items() if _verdict_word(t) == 0]
+    yes = [lp for t, lp in top.items() if label(t) == 1]
+    no = [lp for t, lp in top.items() if label(t) == 0]
     if not yes and not no:
         return None
     floor = min(top.values())

@@ -20,13 +20,12 @@ position only gives nothing but ties.
 
 from __future__ import annotations
 
-import math
 from typing import Literal, Sequence
 
 from dr_core.config import EngineConfig
 from dr_core.engines.base import PROMPT_TOO_LONG, Completion, Engine
 from dr_core.rubric import prompts
-from dr_core.scoring.mathutil import logsumexp
+from dr_core.evaluator.calibrate import label_logodds
 
 JudgeProcedure = Literal["logodds", "choice"]
 JUDGE_PROCEDURES = ("logodds", "choice")
@@ -36,7 +35,6 @@ DEFAULT_PROCEDURE: JudgeProcedure = "logodds"
 TIE_THRESHOLD = 0.01
 #: Top log-probabilities asked for the judge's first token (as a calibrated verdict).
 JUDGE_LOGPROBS = 20
-_CAP = 50.0
 
 
 def judge_engine_config(cfg: EngineConfig, procedure: JudgeProcedure = DEFAULT_PROCEDURE) -> EngineConfig:
@@ -56,19 +54,17 @@ def choice_of(c: Completion) -> str | None:
     return text if text in prompts.JUDGE_CHOICES else None
 
 
+def _ab_label(token: str) -> int | None:
+    word = token.strip()
+    return 1 if word == prompts.JUDGE_CHOICES[0] else 0 if word == prompts.JUDGE_CHOICES[1] else None
+
+
 def ab_logodds(top: dict[str, float] | None) -> float | None:
     """log P("A") - log P("B") at the first generated token from its top-N {token text: logprob}: every token that
-    reads A once stripped adds to P(A), likewise B. A letter absent from the top N gets the smallest log-probability
-    shown (a bound). None when neither letter is there or nothing was returned. Capped at +-50."""
-    if not top:
-        return None
-    a = [lp for t, lp in top.items() if t.strip() == prompts.JUDGE_CHOICES[0]]
-    b = [lp for t, lp in top.items() if t.strip() == prompts.JUDGE_CHOICES[1]]
-    if not a and not b:
-        return None
-    floor = min(top.values())
-    odds = (logsumexp(a) if a else floor) - (logsumexp(b) if b else floor)
-    return None if math.isnan(odds) else max(-_CAP, min(_CAP, odds))
+    reads A once stripped adds to P(A), likewise B; read as the verifier's yes against no
+    (``calibrate.label_logodds``: a letter absent from the top N gets the smallest shown, None when neither shows,
+    capped at +-50)."""
+    return label_logodds(top, _ab_label)
 
 
 def first_ab_logodds(c: Completion) -> float | None:
