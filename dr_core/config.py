@@ -39,9 +39,10 @@ from typing import Literal
 from urllib.parse import urlsplit, urlunsplit
 
 import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+
 from dr_core.constants import ENGINE_ROLES
 from dr_core.model import BUNDLED, DEFAULT_ALIAS, is_bundled
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
 #: The model name that means "the default bundled model" (``dr model prepare``): the registry's alias.
 DEFAULT_MODEL = DEFAULT_ALIAS
@@ -262,10 +263,15 @@ class EngineConfig(BaseModel):
                 userinfos = {info for _, info in split}
                 if len(userinfos) > 1:  # name the URLs by position: never echo a credential
                     with_creds = [f"base_url[{i}]" for i, (_, info) in enumerate(split) if info is not None]
-                    what = "different user:password@ in the URLs" if None not in userinfos else \
-                        f"user:password@ in {', '.join(with_creds)} but not in the other URLs"
-                    raise ValueError(f"base_url: {what}: one engine sends one set of credentials; write the same "
-                                     "user:password@ in every URL, or none and give basic_auth once")
+                    what = (
+                        "different user:password@ in the URLs"
+                        if None not in userinfos
+                        else f"user:password@ in {', '.join(with_creds)} but not in the other URLs"
+                    )
+                    raise ValueError(
+                        f"base_url: {what}: one engine sends one set of credentials; write the same "
+                        "user:password@ in every URL, or none and give basic_auth once"
+                    )
                 (userinfo,) = userinfos
                 data = {**data, "base_url": tuple(url for url, _ in split)}
                 if userinfo is not None:
@@ -326,8 +332,10 @@ class EngineConfig(BaseModel):
             if self.api_key is not None and self.api_key_env:
                 raise ValueError("give api_key or api_key_env, not both")
             if self.basic_auth is not None and (self.api_key is not None or self.api_key_env):
-                raise ValueError("give basic auth (user:password@ in base_url, or basic_auth) or a bearer token "
-                                 "(api_key, api_key_env), not both")
+                raise ValueError(
+                    "give basic auth (user:password@ in base_url, or basic_auth) or a bearer token "
+                    "(api_key, api_key_env), not both"
+                )
         elif self.base_url:
             raise ValueError("base_url is only used with kind 'openai_http'; remove it or set kind: openai_http")
         if self.kind == "vllm" and not is_bundled(self.model):

@@ -18,7 +18,8 @@ from __future__ import annotations
 import json
 import math
 import sys
-from dataclasses import dataclass, field as dc_field
+from dataclasses import dataclass
+from dataclasses import field as dc_field
 from pathlib import Path
 from typing import Callable, Iterator, TypeVar
 
@@ -34,7 +35,9 @@ class DataError(ValueError):
         self.path, self.line, self.field, self.message = str(path), line, field, message
         # line 0: the whole file (cannot open, no examples, a missing id); the message stays printable whatever the
         # path or field hold (a file name that is not UTF-8, a key with a lone surrogate)
-        where = _printable(self.path) + (f":{line}" if line else "") + (f": field '{_printable(field)}'" if field else "")
+        where = (
+            _printable(self.path) + (f":{line}" if line else "") + (f": field '{_printable(field)}'" if field else "")
+        )
         super().__init__(f"{where}: {message}")
 
 
@@ -173,7 +176,9 @@ def _pair(ln: _Line) -> Pair:
 
 
 def _listwise(ln: _Line) -> Listwise:
-    return Listwise(ln.id(), ln.str("prompt"), ln.str("best"), ln.str_list("others", 1), ln.str("category", required=False))
+    return Listwise(
+        ln.id(), ln.str("prompt"), ln.str("best"), ln.str_list("others", 1), ln.str("category", required=False)
+    )
 
 
 def _set(ln: _Line) -> ResponseSet:
@@ -302,8 +307,13 @@ def parse_line(path: str | Path, lineno: int, raw: str) -> dict:
     that is not plain finite JSON (NaN, Infinity, 1e400, an integer too long, a lone surrogate), a duplicate key,
     nesting too deep. Usable by any reader of user JSONL."""
     try:
-        obj = json.loads(raw, parse_constant=_parse_constant, parse_float=_parse_float, parse_int=_parse_int,
-                         object_pairs_hook=_object)
+        obj = json.loads(
+            raw,
+            parse_constant=_parse_constant,
+            parse_float=_parse_float,
+            parse_int=_parse_int,
+            object_pairs_hook=_object,
+        )
     except json.JSONDecodeError as exc:
         raise DataError(path, lineno, None, f"invalid JSON ({exc.msg} at column {exc.colno})") from None
     except _DuplicateKey as exc:
@@ -321,8 +331,14 @@ def parse_line(path: str | Path, lineno: int, raw: str) -> dict:
 def _json_type(v) -> str:
     if isinstance(v, _Bad):
         return "a number that is not finite"
-    return {list: "an array", str: "a string", bool: "a boolean", int: "a number", float: "a number",
-            type(None): "null"}.get(type(v), type(v).__name__)
+    return {
+        list: "an array",
+        str: "a string",
+        bool: "a boolean",
+        int: "a number",
+        float: "a number",
+        type(None): "null",
+    }.get(type(v), type(v).__name__)
 
 
 def _iter_objects(path: Path) -> Iterator[_Line]:
@@ -339,8 +355,12 @@ def _iter_objects(path: Path) -> Iterator[_Line]:
             try:
                 raw = data.decode("utf-8")
             except UnicodeDecodeError as exc:
-                raise DataError(path, lineno, None, f"not UTF-8 text (byte 0x{data[exc.start]:02x} at byte "
-                                f"{exc.start + 1} of the line)") from None
+                raise DataError(
+                    path,
+                    lineno,
+                    None,
+                    f"not UTF-8 text (byte 0x{data[exc.start]:02x} at byte {exc.start + 1} of the line)",
+                ) from None
             if not raw.strip():
                 continue
             yield _Line(path, lineno, parse_line(path, lineno, raw))

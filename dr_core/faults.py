@@ -12,7 +12,8 @@ The points (name, qualifiers, where):
   checkpoint is saved (between two checkpoints);
 - ``serve-batch``: ``dr_core.service.batcher``, after a reward-service batch is scored and before it is written;
 - ``store-write`` (qualifiers: the table, e.g. ``store-write:verdicts``, and the part name, e.g.
-  ``store-write:measure-verdicts``): ``dr_core.store.atomic._write_temp`` for the store's part files, half-way through the
+  ``store-write:measure-verdicts``): ``dr_core.store.atomic._write_temp`` for the store's part files, half-way through
+  the
   bytes of the temp file (the first half written and fsynced, the second not yet).
 
 ``DR_FAULT`` holds one or more comma-separated rules ``ACTION@POINT[#N[+]]``:

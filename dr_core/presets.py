@@ -26,9 +26,13 @@ class RoleResources(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     num_cpus: float = Field(1, ge=0, description="CPUs a shard task of this role reserves on its Ray node.")
-    num_gpus: float = Field(0, ge=0, description="GPUs a shard task of this role reserves (its engine's "
-                            "tensor_parallel_size x data_parallel_size for an in-process vLLM engine; 0 for a role "
-                            "served by openai_http endpoints).")
+    num_gpus: float = Field(
+        0,
+        ge=0,
+        description="GPUs a shard task of this role reserves (its engine's "
+        "tensor_parallel_size x data_parallel_size for an in-process vLLM engine; 0 for a role "
+        "served by openai_http endpoints).",
+    )
 
     def remote_options(self) -> dict[str, float]:
         return {"num_cpus": self.num_cpus, "num_gpus": self.num_gpus}
@@ -41,10 +45,12 @@ class ScaleConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     shards: int = Field(
-        1, ge=1, description="Shards by prompt of the model steps (sample, generate-rubrics, verify): each shard is "
+        1,
+        ge=1,
+        description="Shards by prompt of the model steps (sample, generate-rubrics, verify): each shard is "
         "a task of its own that writes its own Parquet part, is cached and retried on its own, and runs on the "
         "flow's task runner (Ray workers with --task-runner ray); a merge step checks every shard is there. 1: one "
-        "task per step, in the flow's process (unless the task runner is Ray)."
+        "task per step, in the flow's process (unless the task runner is Ray).",
     )
     resources: dict[Literal["generator", "verifier", "policy"], RoleResources] = Field(
         default_factory=dict, description="Ray resources of each role's shard tasks (a role left out: 1 CPU, no GPU)."
@@ -84,8 +90,10 @@ class RoundConfig(BaseModel):
     eval_seeds: int = Field(1, ge=1, description="AVG@N: rubric sets per eval example. Paper: 5.")
     seed: int = Field(0, description="Seed for sampling and shuffling.")
     engines: EnginesConfig = Field(default_factory=EnginesConfig, description="Engine per role.")
-    scale: ScaleConfig = Field(default_factory=ScaleConfig, description="Shards and Ray resources of the model "
-                               "steps (no effect on the rows or the cache).")
+    scale: ScaleConfig = Field(
+        default_factory=ScaleConfig,
+        description="Shards and Ray resources of the model steps (no effect on the rows or the cache).",
+    )
 
     @model_validator(mode="after")
     def _check(self):
@@ -95,15 +103,18 @@ class RoundConfig(BaseModel):
                 "min_anchor_responses or lower n_anchor"
             )
         if self.scale.shards > self.n_prompts:
-            raise ValueError(f"scale.shards={self.scale.shards} exceeds n_prompts={self.n_prompts}: a shard would "
-                             "hold no prompt; lower scale.shards")
+            raise ValueError(
+                f"scale.shards={self.scale.shards} exceeds n_prompts={self.n_prompts}: a shard would "
+                "hold no prompt; lower scale.shards"
+            )
         return self
 
 
 #: One 8B role on GPUs: sharded over 2 GPUs (tensor parallel; 32K context for the generator's 24K-token inputs), 2
 #: replicas (data parallel): 4 GPUs a role. Adjust to your node with an engines file.
-PAPER_ENGINE = dict(dtype="bfloat16", max_model_len=32768, enforce_eager=False, tensor_parallel_size=2,
-                    data_parallel_size=2)
+PAPER_ENGINE = dict(
+    dtype="bfloat16", max_model_len=32768, enforce_eager=False, tensor_parallel_size=2, data_parallel_size=2
+)
 
 #: The tiny preset's verifier (and pairwise judge): Qwen2.5-Coder-0.5B-Instruct, plain prompt, "balanced" verdicts
 #: (first-token yes-vs-no log-odds above their median over the bundled balanced probe), chosen by measurement
@@ -129,6 +140,7 @@ def _kv_gib(engine: dict) -> dict:
     dtype = EngineConfig(**engine).dtype
     return {**engine, "kv_cache_gib": TINY_KV_GIB_FLOAT32 / (1 if dtype == "float32" else 2)}
 
+
 #: The shipped round presets' names (``preset``).
 PRESET_NAMES = ("tiny", "paper")
 
@@ -138,9 +150,12 @@ def _round_preset(name: str) -> RoundConfig:
     (dr_core/numerics.py), so a preset is data, not a config fixed at import."""
     if name == "tiny":
         trained = EngineConfig(**_kv_gib(TINY_TRAINED))
-        return RoundConfig(preset="tiny", n_anchor=3, eval_limit=4,
-                           engines=EnginesConfig(generator=trained, verifier=EngineConfig(**_kv_gib(TINY_VERIFIER)),
-                                                 policy=trained))
+        return RoundConfig(
+            preset="tiny",
+            n_anchor=3,
+            eval_limit=4,
+            engines=EnginesConfig(generator=trained, verifier=EngineConfig(**_kv_gib(TINY_VERIFIER)), policy=trained),
+        )
     if name == "paper":
         engine = EngineConfig(**PAPER_ENGINE)
         return RoundConfig(
@@ -156,8 +171,10 @@ def _round_preset(name: str) -> RoundConfig:
             eval_seeds=5,
             engines=EnginesConfig(generator=engine, verifier=engine, policy=engine),
             # 8 shards of 32 prompts; a shard task holds one role's engine: 4 GPUs (tensor 2 x data 2)
-            scale=ScaleConfig(shards=8, resources={r: RoleResources(num_cpus=8, num_gpus=4)
-                                                   for r in ("generator", "verifier", "policy")}),
+            scale=ScaleConfig(
+                shards=8,
+                resources={r: RoleResources(num_cpus=8, num_gpus=4) for r in ("generator", "verifier", "policy")},
+            ),
         )
     raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(PRESET_NAMES)}")
 
@@ -187,9 +204,10 @@ class PolicyEvalConfig(BaseModel):
         None, description="The pairwise judge's engine; None: the round's verifier engine (no extra model loaded)."
     )
     judge_procedure: Literal["logodds", "choice"] = Field(
-        "logodds", description="How the judge decides (dr_core/evaluator/judge.py): 'logodds', the A-vs-B first-token "
+        "logodds",
+        description="How the judge decides (dr_core/evaluator/judge.py): 'logodds', the A-vs-B first-token "
         "log-odds in both orders averaged so that the order cancels (an in-process judge then runs in float32); "
-        "'choice', structured A/B in both orders."
+        "'choice', structured A/B in both orders.",
     )
     tie_threshold: float = Field(
         0.01, ge=0, description="'logodds': |d| (nats) at or below which P(t) and P(0) tie on a prompt."
@@ -245,23 +263,58 @@ def _coevolve_presets() -> dict[str, CoevolveConfig]:
             # at the same rate moves the model far less than a full update; across model sizes and tasks the best
             # LoRA rate was about 10x the best full fine-tuning rate (Schulman et al. 2025, "LoRA Without Regret",
             # Thinking Machines: also that in RL even low ranks match full fine-tuning).
-            generator=GRPOSettings(learning_rate=5e-5, num_generations=4, max_completion_length=128,
-                                   per_device_train_batch_size=2, gradient_accumulation_steps=4, max_steps=1,
-                                   save_steps=1, temperature=1.0, rollouts="vllm", use_lora=True),
+            generator=GRPOSettings(
+                learning_rate=5e-5,
+                num_generations=4,
+                max_completion_length=128,
+                per_device_train_batch_size=2,
+                gradient_accumulation_steps=4,
+                max_steps=1,
+                save_steps=1,
+                temperature=1.0,
+                rollouts="vllm",
+                use_lora=True,
+            ),
             # two groups (prompts) per step: one group whose K scores tie does not stop the step's gradient
-            policy=GRPOSettings(learning_rate=1e-5, num_generations=tiny.k, max_completion_length=64,
-                                per_device_train_batch_size=2 * tiny.k, max_steps=2, save_steps=1,
-                                rubric_max_tokens=tiny.generator_max_tokens, rollouts="vllm", use_lora=True),
+            policy=GRPOSettings(
+                learning_rate=1e-5,
+                num_generations=tiny.k,
+                max_completion_length=64,
+                per_device_train_batch_size=2 * tiny.k,
+                max_steps=2,
+                save_steps=1,
+                rubric_max_tokens=tiny.generator_max_tokens,
+                rollouts="vllm",
+                use_lora=True,
+            ),
         ),
         "paper": CoevolveConfig(
             preset="paper",
             round=paper,
-            generator=GRPOSettings(learning_rate=5e-6, num_generations=8, max_completion_length=8192,
-                                   per_device_train_batch_size=8, gradient_accumulation_steps=32, max_steps=100,
-                                   save_steps=10, bf16=True, gradient_checkpointing=True, rubric_format="json"),
-            policy=GRPOSettings(learning_rate=1e-6, num_generations=8, max_completion_length=8192,
-                                per_device_train_batch_size=8, gradient_accumulation_steps=32, max_steps=100,
-                                save_steps=10, bf16=True, gradient_checkpointing=True, rubric_max_tokens=8192),
+            generator=GRPOSettings(
+                learning_rate=5e-6,
+                num_generations=8,
+                max_completion_length=8192,
+                per_device_train_batch_size=8,
+                gradient_accumulation_steps=32,
+                max_steps=100,
+                save_steps=10,
+                bf16=True,
+                gradient_checkpointing=True,
+                rubric_format="json",
+            ),
+            policy=GRPOSettings(
+                learning_rate=1e-6,
+                num_generations=8,
+                max_completion_length=8192,
+                per_device_train_batch_size=8,
+                gradient_accumulation_steps=32,
+                max_steps=100,
+                save_steps=10,
+                bf16=True,
+                gradient_checkpointing=True,
+                rubric_max_tokens=8192,
+            ),
         ),
     }
 

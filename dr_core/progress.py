@@ -18,8 +18,8 @@ line per step).
 from __future__ import annotations
 
 import contextlib
-import functools
 import contextvars
+import functools
 import os
 import threading
 import time

@@ -38,13 +38,26 @@ class AnchorRefreshParams(BaseModel):
 
 
 @flow(name="dynamicrubric-anchor-refresh")
-def anchor_refresh_flow(store: str | None = None, incoming: str = "incoming/anchors", run_id: str = "refresh",
-                        preset: str = "tiny", min_responses: int = 7, n_prompts: int | None = None,
-                        train: bool = True) -> dict:
+def anchor_refresh_flow(
+    store: str | None = None,
+    incoming: str = "incoming/anchors",
+    run_id: str = "refresh",
+    preset: str = "tiny",
+    min_responses: int = 7,
+    n_prompts: int | None = None,
+    train: bool = True,
+) -> dict:
     """New anchor files -> validate -> ingest -> anchor_filter -> one co-evolution round from the latest checkpoints
     (``train=False``: stop after filtering)."""
-    p = AnchorRefreshParams(store=store or default_store_url(), incoming=incoming, run_id=run_id, preset=preset,
-                            min_responses=min_responses, n_prompts=n_prompts, train=train)
+    p = AnchorRefreshParams(
+        store=store or default_store_url(),
+        incoming=incoming,
+        run_id=run_id,
+        preset=preset,
+        min_responses=min_responses,
+        n_prompts=n_prompts,
+        train=train,
+    )
     new = refresh_tasks.find_new(p.store, p.incoming)
     if not new:
         get_run_logger().info(f"no new anchor files under {p.incoming}")
@@ -61,10 +74,23 @@ def anchor_refresh_flow(store: str | None = None, incoming: str = "incoming/anch
     if p.n_prompts:
         round_fields["n_prompts"] = p.n_prompts
     cfg = coevolve_preset(p.preset, round=round_fields, measure_start=False)
-    out = coevolve_flow(CoevolveParams(config=cfg, store=p.store, run_id=p.run_id, start_round=start["round"],
-                                       generator_start=start["generator"], policy_start=start["policy"]))
-    return result | {"trained": True, "round": start["round"], "generator": out["generator"]["uri"],
-                     "policy": out["policy"]["uri"], "warnings": out["warnings"]}
+    out = coevolve_flow(
+        CoevolveParams(
+            config=cfg,
+            store=p.store,
+            run_id=p.run_id,
+            start_round=start["round"],
+            generator_start=start["generator"],
+            policy_start=start["policy"],
+        )
+    )
+    return result | {
+        "trained": True,
+        "round": start["round"],
+        "generator": out["generator"]["uri"],
+        "policy": out["policy"]["uri"],
+        "warnings": out["warnings"],
+    }
 
 
 if __name__ == "__main__":

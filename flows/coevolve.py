@@ -11,24 +11,24 @@ stays frozen (self-contained mode: one backbone for all three roles, set in the 
   5. win rate of P(t) against P(0) on held-out prompts, pairwise judge        (tasks/policy_eval.py)
 Round 0 (``measure_start``) measures P(0) with G(0): the "before" numbers. Every step is a cached, retryable task:
 re-running a finished round does no training and no model work. The result's ``warnings`` say in words when the
-signal degenerated (``dr_core.scoring.signals``): a GRPO step with no gradient, a verifier that says yes (or no) to almost
+signal degenerated (``dr_core.scoring.signals``): a GRPO step with no gradient, a verifier that says yes (or no) to
+almost
 everything, sets whose scores are constant; they also go to the flow run's log.
 """
 
 from __future__ import annotations
 
+from prefect import flow, get_run_logger
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from prefect import flow, get_run_logger
-
 from dr_core import numerics
-from dr_core.scoring import signals
 from dr_core.presets import CoevolveConfig, coevolve_preset
+from dr_core.scoring import signals
 from dr_core.store.artifacts import SEGMENT_PATTERN, Store, default_store_url
 from flows import runners
 from flows.steps import StepLog, measure, run_step, sample_step, with_models
-from tasks import round as round_tasks
 from tasks import policy_eval as policy_eval_task
+from tasks import round as round_tasks
 from tasks import train
 from tasks.runtime import model_id, result_storage
 
@@ -42,14 +42,18 @@ class CoevolveParams(BaseModel):
     store: str = Field(default_factory=default_store_url, description="Artifact store URL (path or s3://...).")
     run_id: str = Field("local", pattern=SEGMENT_PATTERN, description="Run id (partition).")
     start_round: int = Field(1, ge=1, description="Number of the first round to run (the anchor refresh continues).")
-    generator_start: dict | None = Field(None, description="Checkpoint ref {uri, fingerprint} of G(start-1); None: G(0).")
+    generator_start: dict | None = Field(
+        None, description="Checkpoint ref {uri, fingerprint} of G(start-1); None: G(0)."
+    )
     policy_start: dict | None = Field(None, description="Checkpoint ref {uri, fingerprint} of P(start-1); None: P(0).")
 
     @field_validator("generator_start", "policy_start")
     @classmethod
     def _checkpoint_ref(cls, ref: dict | None) -> dict | None:
         if ref is not None and not all(isinstance(ref.get(k), str) and ref[k] for k in ("uri", "fingerprint")):
-            raise ValueError(f"a checkpoint ref needs non-empty 'uri' and 'fingerprint' strings; got keys {sorted(ref)}")
+            raise ValueError(
+                f"a checkpoint ref needs non-empty 'uri' and 'fingerprint' strings; got keys {sorted(ref)}"
+            )
         return ref
 
 
@@ -63,12 +67,18 @@ SIGNAL_KEYS = ("zero_std_by_step", "no_gradient_steps")
 
 def round_warnings(rounds: list[dict]) -> list[str]:
     """The degenerate-signal warnings of the run's round summaries, in words (``dr_core.scoring.signals``)."""
-    updates = [{"role": role, "round": r["round"], "steps": r[f"{role}_update"].get("zero_std_by_step")}
-               for r in rounds for role in ("generator", "policy") if r.get(f"{role}_update")]
+    updates = [
+        {"role": role, "round": r["round"], "steps": r[f"{role}_update"].get("zero_std_by_step")}
+        for r in rounds
+        for role in ("generator", "policy")
+        if r.get(f"{role}_update")
+    ]
     return signals.signal_warnings(
-        updates, yes_rates={r["round"]: r["measure"].get("verifier_yes_rate") for r in rounds},
+        updates,
+        yes_rates={r["round"]: r["measure"].get("verifier_yes_rate") for r in rounds},
         constant_score_shares={r["round"]: r["measure"].get("constant_score_sets_share") for r in rounds},
-        judge_position_rates={r["round"]: (r.get("policy_eval") or {}).get("judge_position_a_rate") for r in rounds})
+        judge_position_rates={r["round"]: (r.get("policy_eval") or {}).get("judge_position_a_rate") for r in rounds},
+    )
 
 
 @flow(name="dynamicrubric-coevolve", task_runner=runners.from_env())
@@ -94,38 +104,118 @@ def coevolve_flow(params: CoevolveParams) -> dict:
         for t in range(params.start_round, params.start_round + cfg.rounds):
             log.round = t
             rc = with_models(cfg.round, st, gen, pol)
-            sets = sample_step(rc, inputs["prompts"], model_id(rc.engines.policy), store, run, t, "generator",
-                               storage, log, f"r{t}/sample-P(t-1)")
-            new_gen = run_step(train.train_generator.with_options(**opts), log, f"r{t}/train-generator", cfg,
-                               inputs["prompts"], sets, inputs["anchors"], gen, verifier, store, run, t)
-            new_pol = run_step(train.train_policy.with_options(**opts), log, f"r{t}/train-policy", cfg,
-                               inputs["prompts"], pol, new_gen, verifier, store, run, t)
+            sets = sample_step(
+                rc,
+                inputs["prompts"],
+                model_id(rc.engines.policy),
+                store,
+                run,
+                t,
+                "generator",
+                storage,
+                log,
+                f"r{t}/sample-P(t-1)",
+            )
+            new_gen = run_step(
+                train.train_generator.with_options(**opts),
+                log,
+                f"r{t}/train-generator",
+                cfg,
+                inputs["prompts"],
+                sets,
+                inputs["anchors"],
+                gen,
+                verifier,
+                store,
+                run,
+                t,
+            )
+            new_pol = run_step(
+                train.train_policy.with_options(**opts),
+                log,
+                f"r{t}/train-policy",
+                cfg,
+                inputs["prompts"],
+                pol,
+                new_gen,
+                verifier,
+                store,
+                run,
+                t,
+            )
             gen, pol = new_gen, new_pol
-            m = measure(with_models(cfg.round, st, gen, pol), store, run, t, storage, log, inputs=inputs,
-                        prefix=f"r{t}/")
+            m = measure(
+                with_models(cfg.round, st, gen, pol), store, run, t, storage, log, inputs=inputs, prefix=f"r{t}/"
+            )
             # -- policy evaluation hook (tasks/policy_eval.py): P(t) vs P(0) on held-out prompts -> eval table --
-            pe = None if cfg.policy_eval is None else run_step(
-                policy_eval_task.evaluate_policy.with_options(**opts), log, f"r{t}/evaluate-policy", cfg, pol, store,
-                run, t)
+            pe = (
+                None
+                if cfg.policy_eval is None
+                else run_step(
+                    policy_eval_task.evaluate_policy.with_options(**opts),
+                    log,
+                    f"r{t}/evaluate-policy",
+                    cfg,
+                    pol,
+                    store,
+                    run,
+                    t,
+                )
+            )
             if pe is not None:  # served from another run's cache: copy its eval rows into this run's partition
                 pe = run_step(round_tasks.adopt, log, f"r{t}/adopt-policy-eval", {"eval": pe}, store, run, t)["eval"]
-            run_step(round_tasks.record_run, log, f"r{t}/record-run", cfg.round, store, run, t, "coevolve-round-complete")
+            run_step(
+                round_tasks.record_run, log, f"r{t}/record-run", cfg.round, store, run, t, "coevolve-round-complete"
+            )
             log.flush()
-            rounds.append({
-                "round": t, "generator": gen["uri"], "policy": pol["uri"], "measure": m["summary"],
-                "policy_eval": pe["metrics"] if pe else None,
-                "generator_update": {k: _num(new_gen.get(k)) for k in ("reward_first", "reward_last")}
-                | {k: new_gen.get(k) for k in ("steps", "seconds", "step_seconds", "unparseable", "rollouts",
-                                               "rollout_stats", *SIGNAL_KEYS)},
-                "policy_update": {k: _num(new_pol.get(k)) for k in ("reward_first", "reward_last")}
-                | {k: new_pol.get(k) for k in ("steps", "seconds", "step_seconds", "unscorable", "rollouts",
-                                               "rollout_stats", *SIGNAL_KEYS)},
-            })
+            rounds.append(
+                {
+                    "round": t,
+                    "generator": gen["uri"],
+                    "policy": pol["uri"],
+                    "measure": m["summary"],
+                    "policy_eval": pe["metrics"] if pe else None,
+                    "generator_update": {k: _num(new_gen.get(k)) for k in ("reward_first", "reward_last")}
+                    | {
+                        k: new_gen.get(k)
+                        for k in (
+                            "steps",
+                            "seconds",
+                            "step_seconds",
+                            "unparseable",
+                            "rollouts",
+                            "rollout_stats",
+                            *SIGNAL_KEYS,
+                        )
+                    },
+                    "policy_update": {k: _num(new_pol.get(k)) for k in ("reward_first", "reward_last")}
+                    | {
+                        k: new_pol.get(k)
+                        for k in (
+                            "steps",
+                            "seconds",
+                            "step_seconds",
+                            "unscorable",
+                            "rollouts",
+                            "rollout_stats",
+                            *SIGNAL_KEYS,
+                        )
+                    },
+                }
+            )
     found = round_warnings(rounds)
     for w in found:  # also in the flow run's log: a scheduled run (anchor refresh) has no CLI to print them
         get_run_logger().warning(w)
-    return {"run_id": run, "numerics": numbers, "rounds": rounds, "steps": dict(log), "generator": gen, "policy": pol,
-            "warnings": found, "signal_checks": signals.signal_checks(rounds)}
+    return {
+        "run_id": run,
+        "numerics": numbers,
+        "rounds": rounds,
+        "steps": dict(log),
+        "generator": gen,
+        "policy": pol,
+        "warnings": found,
+        "signal_checks": signals.signal_checks(rounds),
+    }
 
 
 if __name__ == "__main__":

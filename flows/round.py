@@ -42,9 +42,14 @@ def round_flow(params: RoundParams) -> dict:
     with StepLog(store, run, t) as log:
         result = measure(cfg, store, run, t, result_storage(store), log, run_eval=params.run_eval)
         run_step(round_tasks.record_run, log, "record-run", cfg, store, run, t, "round-complete")
-    return {"run_id": run, "round": t, "numerics": numbers, "summary": result["summary"],
-            "steps": dict(log),
-            "artifacts": {k: v["uri"] for k, v in result["artifacts"].items()}}
+    return {
+        "run_id": run,
+        "round": t,
+        "numerics": numbers,
+        "summary": result["summary"],
+        "steps": dict(log),
+        "artifacts": {k: v["uri"] for k, v in result["artifacts"].items()},
+    }
 
 
 if __name__ == "__main__":

@@ -22,10 +22,23 @@ from dr_core.config import ConfigError
 
 #: Environment variables passed to the Ray workers when set here (names, or prefixes ending in '_').
 #: (Not every VLLM_ variable: a loaded vLLM engine sets some of its own, e.g. VLLM_DIST_IDENT, that name this process.)
-WORKER_ENV = ("OMP_NUM_THREADS", "TOKENIZERS_PARALLELISM", "HF_HUB_OFFLINE", "VLLM_ENABLE_V1_MULTIPROCESSING",
-              "VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND", "VLLM_LOGGING_LEVEL", "DR_",
-              "TORCH_EXTENSIONS_DIR", "PREFECT_LOGGING_LEVEL", "PREFECT_SERVER_ANALYTICS_ENABLED", "S3_ENDPOINT_URL",
-              "AWS_ENDPOINT_URL", "AWS_DEFAULT_REGION", "AWS_REGION")
+WORKER_ENV = (
+    "OMP_NUM_THREADS",
+    "TOKENIZERS_PARALLELISM",
+    "HF_HUB_OFFLINE",
+    "VLLM_ENABLE_V1_MULTIPROCESSING",
+    "VLLM_CPU_KVCACHE_SPACE",
+    "VLLM_CPU_OMP_THREADS_BIND",
+    "VLLM_LOGGING_LEVEL",
+    "DR_",
+    "TORCH_EXTENSIONS_DIR",
+    "PREFECT_LOGGING_LEVEL",
+    "PREFECT_SERVER_ANALYTICS_ENABLED",
+    "S3_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL",
+    "AWS_DEFAULT_REGION",
+    "AWS_REGION",
+)
 #: Never passed, even under a passed prefix.
 _SECRET_HINTS = ("KEY", "SECRET", "TOKEN", "PASSWORD")
 

@@ -60,8 +60,9 @@ class StepLog(dict):
         entries = {k: v for k, v in self.items() if self._round_of[k] == self.round}
         if not entries:
             return None
-        return round_tasks.record_steps(self.store, self.run_id, self.round, flow_run.flow_name or "",
-                                        flow_run.id or "", entries)
+        return round_tasks.record_steps(
+            self.store, self.run_id, self.round, flow_run.flow_name or "", flow_run.id or "", entries
+        )
 
     def __enter__(self) -> "StepLog":
         return self
@@ -94,14 +95,26 @@ def _record(record: dict, name: str, state, started: str, seconds: float) -> Non
     progress.step_finished(name, state.name, round(seconds, 2))
 
 
-def run_shards(task, role: str, log: dict, name: str, cfg: RoundConfig, *args, storage, store: str, run: str,
-               t: int, stage: str, table: str) -> dict:
+def run_shards(
+    task,
+    role: str,
+    log: dict,
+    name: str,
+    cfg: RoundConfig,
+    *args,
+    storage,
+    store: str,
+    run: str,
+    t: int,
+    stage: str,
+    table: str,
+) -> dict:
     """A model step split by prompt (``cfg.scale.shards``, dr_core/runs/shards.py): one task per shard, then
-    ``merge-shards`` under the step's own name, which returns the step's usual reference. On the Ray task runner
-    the shards are submitted together, each with the role's resources (``cfg.scale.resources``), and run on the
-    cluster's workers (the log notes each shard's state and, for every shard alike, the seconds until all of them
-were in: the flow waits for the whole step); otherwise they
-    run one after the other in this process (the engines are not shared between threads)."""
+        ``merge-shards`` under the step's own name, which returns the step's usual reference. On the Ray task runner
+        the shards are submitted together, each with the role's resources (``cfg.scale.resources``), and run on the
+        cluster's workers (the log notes each shard's state and, for every shard alike, the seconds until all of them
+    were in: the flow waits for the whole step); otherwise they
+        run one after the other in this process (the engines are not shared between threads)."""
     n = cfg.scale.shards
     shard_task = task.with_options(result_storage=storage)
     common = dict(store=store, run_id=run, round_no=t, stage=stage, shards=n)
@@ -116,8 +129,18 @@ were in: the flow waits for the whole step); otherwise they
         parts = [fut.result() for fut in futures]  # the first failed shard's error, after every shard is done
     else:
         parts = [run_step(shard_task, log, f"{name}/shard-{i}", cfg, *args, shard=i, **common) for i in range(n)]
-    return run_step(round_tasks.merge_shards.with_options(result_storage=storage), log, name, table, parts, n, store,
-                    run, t, f"{stage}-{table}")
+    return run_step(
+        round_tasks.merge_shards.with_options(result_storage=storage),
+        log,
+        name,
+        table,
+        parts,
+        n,
+        store,
+        run,
+        t,
+        f"{stage}-{table}",
+    )
 
 
 def sharded(cfg: RoundConfig) -> bool:
@@ -126,18 +149,61 @@ def sharded(cfg: RoundConfig) -> bool:
     return cfg.scale.shards > 1 or runners.fans_out()
 
 
-def sample_step(cfg: RoundConfig, prompts: dict, policy_model: str, store: str, run: str, t: int, stage: str,
-                storage, log: dict, name: str) -> dict:
+def sample_step(
+    cfg: RoundConfig,
+    prompts: dict,
+    policy_model: str,
+    store: str,
+    run: str,
+    t: int,
+    stage: str,
+    storage,
+    log: dict,
+    name: str,
+) -> dict:
     """The policy's sets C for the round's prompts (sharded or one task)."""
     if sharded(cfg):
-        return run_shards(round_tasks.sample_shard, "policy", log, name, cfg, prompts, policy_model, storage=storage,
-                          store=store, run=run, t=t, stage=stage, table="samples")
-    return run_step(round_tasks.sample.with_options(result_storage=storage), log, name, cfg, prompts, policy_model,
-                    store, run, t, stage)
+        return run_shards(
+            round_tasks.sample_shard,
+            "policy",
+            log,
+            name,
+            cfg,
+            prompts,
+            policy_model,
+            storage=storage,
+            store=store,
+            run=run,
+            t=t,
+            stage=stage,
+            table="samples",
+        )
+    return run_step(
+        round_tasks.sample.with_options(result_storage=storage),
+        log,
+        name,
+        cfg,
+        prompts,
+        policy_model,
+        store,
+        run,
+        t,
+        stage,
+    )
 
 
-def measure(cfg: RoundConfig, store: str, run: str, t: int, storage, log: dict, *, run_eval: bool = True,
-            inputs: dict | None = None, prefix: str = "") -> dict:
+def measure(
+    cfg: RoundConfig,
+    store: str,
+    run: str,
+    t: int,
+    storage,
+    log: dict,
+    *,
+    run_eval: bool = True,
+    inputs: dict | None = None,
+    prefix: str = "",
+) -> dict:
     """Sample C from the policy, write rubrics for (x, C), verify on C and the anchors, score, evaluate the
     evaluator, summarise: the measurement of Algorithm 1 for the engines in ``cfg`` (stage ``measure``).
     Returns {"summary", "artifacts"}; ``log`` gets each step's state and seconds under ``prefix + name``."""
@@ -145,39 +211,99 @@ def measure(cfg: RoundConfig, store: str, run: str, t: int, storage, log: dict, 
     models = round_tasks.model_ids(cfg)
     if inputs is None:
         inputs = run_step(round_tasks.select_inputs.with_options(**opts), log, prefix + "select-inputs", cfg, store)
-    samples = sample_step(cfg, inputs["prompts"], models["policy"], store, run, t, STAGE, storage, log,
-                          prefix + "sample")
+    samples = sample_step(
+        cfg, inputs["prompts"], models["policy"], store, run, t, STAGE, storage, log, prefix + "sample"
+    )
     where = dict(storage=storage, store=store, run=run, t=t, stage=STAGE)
     if sharded(cfg):
-        rubrics = run_shards(round_tasks.generate_rubrics_shard, "generator", log, prefix + "generate-rubrics", cfg,
-                             inputs["prompts"], samples, models["generator"], table="rubrics", **where)
-        verdicts = run_shards(round_tasks.verify_shard, "verifier", log, prefix + "verify", cfg, inputs["prompts"],
-                              samples, inputs["anchors"], rubrics, models["verifier"], table="verdicts", **where)
+        rubrics = run_shards(
+            round_tasks.generate_rubrics_shard,
+            "generator",
+            log,
+            prefix + "generate-rubrics",
+            cfg,
+            inputs["prompts"],
+            samples,
+            models["generator"],
+            table="rubrics",
+            **where,
+        )
+        verdicts = run_shards(
+            round_tasks.verify_shard,
+            "verifier",
+            log,
+            prefix + "verify",
+            cfg,
+            inputs["prompts"],
+            samples,
+            inputs["anchors"],
+            rubrics,
+            models["verifier"],
+            table="verdicts",
+            **where,
+        )
     else:
-        rubrics = run_step(round_tasks.generate_rubrics.with_options(**opts), log, prefix + "generate-rubrics", cfg,
-                           inputs["prompts"], samples, models["generator"], store, run, t, STAGE)
-        verdicts = run_step(round_tasks.verify.with_options(**opts), log, prefix + "verify", cfg, inputs["prompts"],
-                            samples, inputs["anchors"], rubrics, models["verifier"], store, run, t, STAGE)
-    scored = run_step(round_tasks.score.with_options(**opts), log, prefix + "score", rubrics, verdicts, store, run, t,
-                      STAGE)
+        rubrics = run_step(
+            round_tasks.generate_rubrics.with_options(**opts),
+            log,
+            prefix + "generate-rubrics",
+            cfg,
+            inputs["prompts"],
+            samples,
+            models["generator"],
+            store,
+            run,
+            t,
+            STAGE,
+        )
+        verdicts = run_step(
+            round_tasks.verify.with_options(**opts),
+            log,
+            prefix + "verify",
+            cfg,
+            inputs["prompts"],
+            samples,
+            inputs["anchors"],
+            rubrics,
+            models["verifier"],
+            store,
+            run,
+            t,
+            STAGE,
+        )
+    scored = run_step(
+        round_tasks.score.with_options(**opts), log, prefix + "score", rubrics, verdicts, store, run, t, STAGE
+    )
     artifacts = {**inputs, "samples": samples, "rubrics": rubrics, "verdicts": verdicts, **scored}
     if run_eval:
-        artifacts["eval"] = run_remote(round_tasks.evaluate_evaluator.with_options(**opts), "verifier", log,
-                                       prefix + "evaluate-evaluator", cfg, models["generator"], models["verifier"],
-                                       store, run, t)
+        artifacts["eval"] = run_remote(
+            round_tasks.evaluate_evaluator.with_options(**opts),
+            "verifier",
+            log,
+            prefix + "evaluate-evaluator",
+            cfg,
+            models["generator"],
+            models["verifier"],
+            store,
+            run,
+            t,
+        )
     artifacts = run_step(round_tasks.adopt, log, prefix + "adopt-artifacts", artifacts, store, run, t)
-    summary = run_step(round_tasks.summarise.with_options(**opts), log, prefix + "summarise", artifacts,
-                       artifacts.get("eval"), store)
+    summary = run_step(
+        round_tasks.summarise.with_options(**opts), log, prefix + "summarise", artifacts, artifacts.get("eval"), store
+    )
     return {"summary": summary, "artifacts": artifacts}
 
 
 def with_models(rc: RoundConfig, store: Store, generator: dict, policy: dict) -> RoundConfig:
     """The round config with the generator and policy engines pointed at these checkpoints (verifier unchanged)."""
+
     def point(cfg, ref):
         if is_bundled(ref["uri"]):  # the role's own start model (train.base_ref): the engine as configured
             return cfg
         return cfg.model_copy(update={"model": str(checkpoints.materialise(store, ref["uri"]))})
 
-    engines = rc.engines.model_copy(update={"generator": point(rc.engines.generator, generator),
-                                            "policy": point(rc.engines.policy, policy)})
+    engines = rc.engines.model_copy(
+        update={"generator": point(rc.engines.generator, generator), "policy": point(rc.engines.policy, policy)}
+    )
     return rc.model_copy(update={"engines": engines})

@@ -47,5 +47,8 @@ def start_checkpoints(store: str, run_id: str) -> dict:
         local = checkpoints.materialise(s, c["uri"])
         return {"uri": c["uri"], "fingerprint": model_id(EngineConfig(model=str(local)))}
 
-    return {"round": 1 + max([c["round"] for c in latest.values() if c] or [0]),
-            "generator": ref(latest["generator"]), "policy": ref(latest["policy"])}
+    return {
+        "round": 1 + max([c["round"] for c in latest.values() if c] or [0]),
+        "generator": ref(latest["generator"]),
+        "policy": ref(latest["policy"]),
+    }

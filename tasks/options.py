@@ -2,7 +2,8 @@
 
 Caching by content. A task's cache key is a SHA-256 over its name, the version of the code it runs
 (``code_version(module)``: its module, the project modules it imports transitively, by statement or by a dotted
-path in a string, and the queries they name; docstrings, comments and SQL header prose left out), and its inputs. An artifact input (a reference
+path in a string, and the queries they name; docstrings, comments and SQL header prose left out), and its inputs. An
+artifact input (a reference
 ``{"uri", "sha256"}``) counts by its content hash, never by its URI: URIs carry run ids, and the same work under
 another run id must hit the cache. Model checkpoints (a reference ``{"uri", "fingerprint"}``) count by their
 identity (``tasks.runtime.model_id``), configs by their JSON without their secrets (``dr_core.config.AUTH_FIELDS``:
@@ -83,8 +84,13 @@ def _code_text(tree: ast.AST) -> str:
     it), so a docstring, comment or formatting edit keeps the cache."""
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
-        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) \
-                and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+        if (
+            isinstance(body, list)
+            and body
+            and isinstance(body[0], ast.Expr)
+            and isinstance(body[0].value, ast.Constant)
+            and isinstance(body[0].value.value, str)
+        ):
             node.body = body[1:] or [ast.Pass()]
     return ast.dump(tree, include_attributes=False)
 
@@ -93,13 +99,15 @@ def _sql_text(path: Path) -> str:
     """A query as DuckDB runs it: the statement and its ``-- param`` declarations (defaults matter), without the
     header's prose, so a header edit keeps the cache."""
     lines = path.read_text(encoding="utf-8").splitlines()
-    return "\n".join(line for line in lines if not line.lstrip().startswith("--") or line.lstrip()[2:].strip()
-                     .startswith("param ")).strip()
+    return "\n".join(
+        line for line in lines if not line.lstrip().startswith("--") or line.lstrip()[2:].strip().startswith("param ")
+    ).strip()
 
 
 @lru_cache(maxsize=None)
-def _parsed(source: str, module: str, is_package: bool, sql_names: frozenset[str],
-            data_names: frozenset[str]) -> tuple[str, frozenset[str], frozenset[str], frozenset[str]]:
+def _parsed(
+    source: str, module: str, is_package: bool, sql_names: frozenset[str], data_names: frozenset[str]
+) -> tuple[str, frozenset[str], frozenset[str], frozenset[str]]:
     """One source file: its normalised code, the modules it imports, the query names and the bundled data files
     (``dr_core/data``) it mentions (cached by the source text, so an edited file is parsed again)."""
     tree = ast.parse(source)
@@ -128,13 +136,18 @@ def step_code(module: str, root: Path | None = None) -> dict[str, str]:
             path = _module_file(name, root)
             if path is None or str(path.relative_to(root)) in seen:
                 continue
-            text, imports, queries, data = _parsed(path.read_text(encoding="utf-8"), name,
-                                                   path.name == "__init__.py", names, data_names)
+            text, imports, queries, data = _parsed(
+                path.read_text(encoding="utf-8"), name, path.name == "__init__.py", names, data_names
+            )
             seen[str(path.relative_to(root))] = text
             todo.extend(imports)
             seen.update({str(sql_files[q].relative_to(root)): _sql_text(sql_files[q]) for q in queries})
-            seen.update({str(data_files[d].relative_to(root)): hashlib.sha256(data_files[d].read_bytes()).hexdigest()
-                         for d in data})
+            seen.update(
+                {
+                    str(data_files[d].relative_to(root)): hashlib.sha256(data_files[d].read_bytes()).hexdigest()
+                    for d in data
+                }
+            )
     return seen
 
 
@@ -145,8 +158,11 @@ def code_version(module: str | None = None, root: Path | None = None) -> str:
     the whole pipeline (every module of dr_core and tasks, every query), the version recorded in ``runs``."""
     root = root or REPO_DIR
     if module is None:
-        files = {str(p.relative_to(root)): _code_text(ast.parse(p.read_text(encoding="utf-8")))
-                 for pkg in PROJECT_PACKAGES for p in (root / pkg).rglob("*.py")}
+        files = {
+            str(p.relative_to(root)): _code_text(ast.parse(p.read_text(encoding="utf-8")))
+            for pkg in PROJECT_PACKAGES
+            for p in (root / pkg).rglob("*.py")
+        }
         files.update({str(p.relative_to(root)): _sql_text(p) for p in (root / "sql").glob("*.sql")})
     else:
         files = step_code(module, root)
@@ -163,8 +179,11 @@ def _canonical(value: Any) -> Any:
         for identity in ("sha256", "fingerprint"):  # an artifact / checkpoint reference: content, not location
             if identity in value and "uri" in value:
                 return {identity: value[identity]}
-        return {k: _canonical(v) for k, v in sorted(value.items()) if k not in {"run_id", "store", *AUTH_FIELDS,
-                                                                                 *PLACEMENT_FIELDS}}
+        return {
+            k: _canonical(v)
+            for k, v in sorted(value.items())
+            if k not in {"run_id", "store", *AUTH_FIELDS, *PLACEMENT_FIELDS}
+        }
     if isinstance(value, (list, tuple)):
         return [_canonical(v) for v in value]
     if hasattr(value, "model_dump"):

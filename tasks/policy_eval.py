@@ -14,15 +14,14 @@ from __future__ import annotations
 
 from prefect import task
 
-from dr_core.store import checkpoints
-from dr_core.runs import policy_eval
-from dr_core.store import sql
 from dr_core.config import EngineConfig
-from dr_core.model import is_bundled
 from dr_core.datasets import load
 from dr_core.evaluator.judge import judge_engine_config
-from dr_core.runs.round_steps import dataset_name, resolve_data
+from dr_core.model import is_bundled
 from dr_core.presets import CoevolveConfig
+from dr_core.runs import policy_eval
+from dr_core.runs.round_steps import dataset_name, resolve_data
+from dr_core.store import checkpoints, sql
 from dr_core.store.artifacts import Store
 from tasks.round import MODEL_STEP
 from tasks.runtime import engine_for, keep_engines, model_id, write_ref
@@ -49,11 +48,18 @@ def evaluate_policy(cfg: CoevolveConfig, policy: dict, store: str, run_id: str, 
     path = resolve_data(pe.data)
     rows = load(path, "policy_eval", pe.limit)
     ds = "heldout-" + dataset_name(pe.data)
-    write_ref(s, "prompts", [{"dataset": ds, "prompt_id": r.id, "prompt": r.prompt, "baseline": r.baseline}
-                             for r in rows], "heldout", dataset=ds)
+    write_ref(
+        s,
+        "prompts",
+        [{"dataset": ds, "prompt_id": r.id, "prompt": r.prompt, "baseline": r.baseline} for r in rows],
+        "heldout",
+        dataset=ds,
+    )
     overlap = heldout_overlap(s, ds)
     if overlap:
-        shown = ", ".join(f"{o['heldout_prompt_id']} ({o['source']} {o['dataset']}/{o['prompt_id']})" for o in overlap[:5])
+        shown = ", ".join(
+            f"{o['heldout_prompt_id']} ({o['source']} {o['dataset']}/{o['prompt_id']})" for o in overlap[:5]
+        )
         raise ValueError(f"{path}: {len(overlap)} held-out prompt(s) also used in training or anchors: {shown}")
     pol_cfg = _policy_engine(cfg, s, policy)
     base_cfg = cfg.round.engines.policy
@@ -63,12 +69,29 @@ def evaluate_policy(cfg: CoevolveConfig, policy: dict, store: str, run_id: str, 
     pol = policy_eval.answer_prompts(engine_for(pol_cfg), texts, max_tokens=pe.max_tokens, seed=seed)
     base = policy_eval.answer_prompts(engine_for(base_cfg), texts, max_tokens=pe.max_tokens, seed=seed)
     keep_engines(judge_cfg)
-    metrics, _records = policy_eval.judge_and_score(engine_for(judge_cfg), rows, pol, base, seed=seed,
-                                                    procedure=pe.judge_procedure, threshold=pe.tie_threshold)
-    eval_rows = policy_eval.eval_rows(metrics, benchmark=f"{dataset_name(pe.data)}.vs-P0",
-                                      checkpoint=policy["fingerprint"],
-                                      judge=model_id(judge_cfg), seed=cfg.round.seed)
+    metrics, _records = policy_eval.judge_and_score(
+        engine_for(judge_cfg), rows, pol, base, seed=seed, procedure=pe.judge_procedure, threshold=pe.tie_threshold
+    )
+    eval_rows = policy_eval.eval_rows(
+        metrics,
+        benchmark=f"{dataset_name(pe.data)}.vs-P0",
+        checkpoint=policy["fingerprint"],
+        judge=model_id(judge_cfg),
+        seed=cfg.round.seed,
+    )
     ref = write_ref(s, "eval", eval_rows, "policy-eval", run_id=run_id, round=round_no)
-    keep = ("n", "unscorable", "win_rate", "tie_rate", "win_rate_ci95", "policy_mean_chars", "baseline_mean_chars",
-            "judge_position_a_rate", "judge_position_bias", "judge_procedure", "identical_answers", "judge")
+    keep = (
+        "n",
+        "unscorable",
+        "win_rate",
+        "tie_rate",
+        "win_rate_ci95",
+        "policy_mean_chars",
+        "baseline_mean_chars",
+        "judge_position_a_rate",
+        "judge_position_bias",
+        "judge_procedure",
+        "identical_answers",
+        "judge",
+    )
     return ref | {"metrics": {k: metrics[k] for k in keep}}

@@ -98,8 +98,13 @@ def result_storage(store_url: str):
 
     opts = store.s3
     # the store's own budget (dr_core.store.artifacts.S3Options: timeouts, one retry loop), never its keys
-    settings = {"config_kwargs": {"connect_timeout": opts.connect_timeout_s, "read_timeout": opts.read_timeout_s,
-                                  "retries": {"total_max_attempts": 1, "mode": "standard"}}}
+    settings = {
+        "config_kwargs": {
+            "connect_timeout": opts.connect_timeout_s,
+            "read_timeout": opts.read_timeout_s,
+            "retries": {"total_max_attempts": 1, "mode": "standard"},
+        }
+    }
     if store.endpoint_url:
         settings["client_kwargs"] = {"endpoint_url": store.endpoint_url}
     block = RemoteFileSystem(basepath=f"{store.url}/_prefect/results", settings=settings)

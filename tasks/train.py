@@ -27,18 +27,17 @@ from pathlib import Path
 
 from prefect import task
 
-from dr_core.resources import return_freed_memory
-from dr_core.store import checkpoints
-from dr_core.runs import round_steps
-from dr_core.scoring import signals
-from dr_core.train import records
 from dr_core.config import DEFAULT_MODEL, EngineConfig
-from dr_core.train import multi
-from dr_core.train.grpo import train_generator as grpo_train_generator
-from dr_core.train.grpo import train_policy as grpo_train_policy
 from dr_core.paths import cache_dir
 from dr_core.presets import CoevolveConfig
+from dr_core.resources import return_freed_memory
+from dr_core.runs import round_steps
+from dr_core.scoring import signals
+from dr_core.store import checkpoints
 from dr_core.store.artifacts import Store
+from dr_core.train import multi, records
+from dr_core.train.grpo import train_generator as grpo_train_generator
+from dr_core.train.grpo import train_policy as grpo_train_policy
 from tasks.options import content_cache_key, content_key, retry_on_transient
 from tasks.runtime import engine_for, keep_engines, model_id, write_ref
 
@@ -50,6 +49,7 @@ TRAIN_STEP = dict(
     retry_condition_fn=retry_on_transient,
     timeout_seconds=24 * 3600,
 )
+
 
 def default_ref(name: str = DEFAULT_MODEL) -> dict:
     """The reference of a bundled model as a training start (round 0): uri = its name, identity = its checkpoint."""
@@ -80,21 +80,39 @@ def _scratch(role: str, inputs: dict) -> Path:
     return cache_dir() / "train" / role / content_key(f"train-{role}", inputs, __name__)[:20]
 
 
-def _update(cfg: CoevolveConfig, role: str, base_dir: Path, rows, scratch: Path, sink: records.RolloutSink,
-            verifier: EngineConfig, generator: EngineConfig | None = None):
+def _update(
+    cfg: CoevolveConfig,
+    role: str,
+    base_dir: Path,
+    rows,
+    scratch: Path,
+    sink: records.RolloutSink,
+    verifier: EngineConfig,
+    generator: EngineConfig | None = None,
+):
     """Train in this process with the pool's engines, or launch the ranks (``cfg.launch``), which build their own:
     this process then frees its engines for them."""
     settings = cfg.generator if role == "generator" else cfg.policy
     if not cfg.launch.in_process:
         keep_engines()
-        return multi.launch_train(role, base_dir, rows, settings, scratch, cfg.launch, verifier=verifier,
-                                  generator=generator, on_rollouts=sink)
+        return multi.launch_train(
+            role,
+            base_dir,
+            rows,
+            settings,
+            scratch,
+            cfg.launch,
+            verifier=verifier,
+            generator=generator,
+            on_rollouts=sink,
+        )
     if role == "generator":
         keep_engines(verifier)  # the rewards' verifier; the trainer needs the memory of the rest
         return grpo_train_generator(base_dir, rows, engine_for(verifier), settings, scratch, on_rollouts=sink)
     keep_engines(generator, verifier)  # the rewards' G(t) and verifier
-    return grpo_train_policy(base_dir, rows, engine_for(generator), engine_for(verifier), settings, scratch,
-                             on_rollouts=sink)
+    return grpo_train_policy(
+        base_dir, rows, engine_for(generator), engine_for(verifier), settings, scratch, on_rollouts=sink
+    )
 
 
 def _rollouts(sink: records.RolloutSink, scratch: Path) -> records.RolloutSink:
@@ -108,22 +126,43 @@ def _rollouts(sink: records.RolloutSink, scratch: Path) -> records.RolloutSink:
     return sink
 
 
-def _finish(s: Store, result, role: str, base: dict, run_id: str, round_no: int, tables: dict[str, list[dict]],
-            scratch: Path | None, counted: str, signal: list[dict], group_size: int) -> dict:
+def _finish(
+    s: Store,
+    result,
+    role: str,
+    base: dict,
+    run_id: str,
+    round_no: int,
+    tables: dict[str, list[dict]],
+    scratch: Path | None,
+    counted: str,
+    signal: list[dict],
+    group_size: int,
+) -> dict:
     """Write the update's rollout tables, save and register the new checkpoint, drop the scratch directory (None:
-    keep it), return the checkpoint's reference and metrics (``counted``: the history field of rollouts without a usable reward,
-    summed over the run; ``signal``: the zero-std groups per GRPO step, ``dr_core.scoring.signals.zero_std_by_step``, kept
+    keep it), return the checkpoint's reference and metrics (``counted``: the history field of rollouts without a
+    usable reward,
+    summed over the run; ``signal``: the zero-std groups per GRPO step, ``dr_core.scoring.signals.zero_std_by_step``,
+    kept
     as ``zero_std_by_step`` with the count of ``no_gradient_steps``; ``group_size``: G, for sql/training_signal)."""
     for table, trows in tables.items():
         if trows:
             write_ref(s, table, trows, f"{role}-train-{table}", run_id=run_id, round=round_no)
-    metrics = {"steps": result.steps, "reward_first": result.reward_first, "reward_last": result.reward_last,
-               "seconds": round(result.seconds, 1), "step_seconds": result.step_seconds,
-               "resumed_from": result.resumed_from, "history": result.history,
-               "rollout_stats": result.rollout_stats,
-               counted: sum(h.get(counted, 0) for h in result.history),
-               "rollouts": sum(h.get("rollouts", 0) for h in result.history), "group_size": group_size,
-               "zero_std_by_step": signal, "no_gradient_steps": signals.no_gradient_steps(signal)}
+    metrics = {
+        "steps": result.steps,
+        "reward_first": result.reward_first,
+        "reward_last": result.reward_last,
+        "seconds": round(result.seconds, 1),
+        "step_seconds": result.step_seconds,
+        "resumed_from": result.resumed_from,
+        "history": result.history,
+        "rollout_stats": result.rollout_stats,
+        counted: sum(h.get(counted, 0) for h in result.history),
+        "rollouts": sum(h.get("rollouts", 0) for h in result.history),
+        "group_size": group_size,
+        "zero_std_by_step": signal,
+        "no_gradient_steps": signals.no_gradient_steps(signal),
+    }
     uri = checkpoints.save(s, result.checkpoint, run_id, round_no, role)
     checkpoints.register(s, run_id, round_no, role, uri, parent=base["uri"], metrics=metrics)
     local = checkpoints.materialise(s, uri)
@@ -134,38 +173,80 @@ def _finish(s: Store, result, role: str, base: dict, run_id: str, round_no: int,
 
 
 @task(name="train-generator", **TRAIN_STEP)
-def train_generator(cfg: CoevolveConfig, prompts: dict, samples: dict, anchors: dict, base: dict, verifier_model: str,
-                    store: str, run_id: str, round_no: int) -> dict:
+def train_generator(
+    cfg: CoevolveConfig,
+    prompts: dict,
+    samples: dict,
+    anchors: dict,
+    base: dict,
+    verifier_model: str,
+    store: str,
+    run_id: str,
+    round_no: int,
+) -> dict:
     """G(t-1) -> G(t) on the current policy's sets (R_disc + lam R_anchor, Eq. 24-25)."""
     s = Store.from_url(store)
     p, c, a = (round_steps.rows_of(s.read(r["uri"])) for r in (prompts, samples, anchors))
     rows = records.generator_rows(p, c, a)
-    sink = records.RolloutSink(base["fingerprint"], verifier_model, cfg.generator.num_generations,
-                               anchor_ranks=records.anchor_ranks(p, c, a))
-    scratch = _scratch("generator", dict(cfg=cfg, prompts=prompts, samples=samples, anchors=anchors, base=base,
-                                         verifier=verifier_model))
+    sink = records.RolloutSink(
+        base["fingerprint"], verifier_model, cfg.generator.num_generations, anchor_ranks=records.anchor_ranks(p, c, a)
+    )
+    scratch = _scratch(
+        "generator",
+        dict(cfg=cfg, prompts=prompts, samples=samples, anchors=anchors, base=base, verifier=verifier_model),
+    )
     result = _update(cfg, "generator", local_dir(s, base), rows, scratch, sink, cfg.round.engines.verifier)
     return_freed_memory()  # the trainer's tensors are freed: give their pages back before the next step
     sink = _rollouts(sink, scratch)
-    return _finish(s, result, "generator", base, run_id, round_no, sink.generator_tables(),
-                   None if cfg.generator.keep_resume_checkpoints else scratch, counted="unparseable",
-                   signal=sink.zero_std_by_step("advantage"), group_size=cfg.generator.num_generations)
+    return _finish(
+        s,
+        result,
+        "generator",
+        base,
+        run_id,
+        round_no,
+        sink.generator_tables(),
+        None if cfg.generator.keep_resume_checkpoints else scratch,
+        counted="unparseable",
+        signal=sink.zero_std_by_step("advantage"),
+        group_size=cfg.generator.num_generations,
+    )
 
 
 @task(name="train-policy", **TRAIN_STEP)
-def train_policy(cfg: CoevolveConfig, prompts: dict, base: dict, generator: dict, verifier_model: str, store: str,
-                 run_id: str, round_no: int) -> dict:
+def train_policy(
+    cfg: CoevolveConfig,
+    prompts: dict,
+    base: dict,
+    generator: dict,
+    verifier_model: str,
+    store: str,
+    run_id: str,
+    round_no: int,
+) -> dict:
     """P(t-1) -> P(t) with rewards from the fixed G(t) and the frozen verifier (Eq. 12 scores, Eq. 21)."""
     s = Store.from_url(store)
     gen_cfg = cfg.round.engines.generator.model_copy(update={"model": str(local_dir(s, generator))})
     rows = records.policy_rows(round_steps.rows_of(s.read(prompts["uri"])))
-    sink = records.RolloutSink(base["fingerprint"], verifier_model, cfg.policy.num_generations,
-                               generator=generator["fingerprint"])
-    scratch = _scratch("policy", dict(cfg=cfg, prompts=prompts, base=base, generator=generator,
-                                      verifier=verifier_model))
+    sink = records.RolloutSink(
+        base["fingerprint"], verifier_model, cfg.policy.num_generations, generator=generator["fingerprint"]
+    )
+    scratch = _scratch(
+        "policy", dict(cfg=cfg, prompts=prompts, base=base, generator=generator, verifier=verifier_model)
+    )
     result = _update(cfg, "policy", local_dir(s, base), rows, scratch, sink, cfg.round.engines.verifier, gen_cfg)
     return_freed_memory()
     sink = _rollouts(sink, scratch)
-    return _finish(s, result, "policy", base, run_id, round_no, sink.policy_tables(),
-                   None if cfg.policy.keep_resume_checkpoints else scratch, counted="unscorable",
-                   signal=sink.zero_std_by_step("score"), group_size=cfg.policy.num_generations)
+    return _finish(
+        s,
+        result,
+        "policy",
+        base,
+        run_id,
+        round_no,
+        sink.policy_tables(),
+        None if cfg.policy.keep_resume_checkpoints else scratch,
+        counted="unscorable",
+        signal=sink.zero_std_by_step("score"),
+        group_size=cfg.policy.num_generations,
+    )

@@ -24,8 +24,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 #
 #     DR_TEST_CACHE_DIR=~/.cache/dynamicrubric-tests .venv/bin/python -m pytest -q tests/test_round_flow.py
 _PERSISTENT_CACHE = os.environ.get("DR_TEST_CACHE_DIR")
-TEST_CACHE_DIR = Path(_PERSISTENT_CACHE).expanduser() if _PERSISTENT_CACHE else \
-    Path(tempfile.mkdtemp(prefix="dr-test-cache-"))
+TEST_CACHE_DIR = (
+    Path(_PERSISTENT_CACHE).expanduser() if _PERSISTENT_CACHE else Path(tempfile.mkdtemp(prefix="dr-test-cache-"))
+)
 TEST_CACHE_DIR.mkdir(parents=True, exist_ok=True)
 os.environ["DR_CACHE_DIR"] = str(TEST_CACHE_DIR)
 os.environ["PREFECT_HOME"] = str(TEST_CACHE_DIR / "prefect")  # where flows.settings.configure_prefect puts it

@@ -93,18 +93,26 @@ class FakeEngine(Engine):
     Token counts: the user message's length in characters, and ``completion_tokens`` per sample.
     """
 
-    def __init__(self, text: Reply | Callable[[Request], Reply] = "", *, finish: str = "stop",
-                 verdict: Reply | Callable[[Request], Reply] | None = None,
-                 logprobs: Callable[[Request], dict[str, float] | None] | None = None,
-                 supports_logprobs: bool | None = None, model_name: str = "fake", config=None,
-                 completion_tokens: int = 3):
+    def __init__(
+        self,
+        text: Reply | Callable[[Request], Reply] = "",
+        *,
+        finish: str = "stop",
+        verdict: Reply | Callable[[Request], Reply] | None = None,
+        logprobs: Callable[[Request], dict[str, float] | None] | None = None,
+        supports_logprobs: bool | None = None,
+        model_name: str = "fake",
+        config=None,
+        completion_tokens: int = 3,
+    ):
         self.text, self.finish, self.verdict, self.logprob_fn = text, finish, verdict, logprobs
         self.supports_logprobs = logprobs is not None if supports_logprobs is None else supports_logprobs
         self.model_name, self.config, self.completion_tokens = model_name, config, completion_tokens
         self.calls: list[Call] = []
 
-    def chat(self, conversations, *, n=1, temperature=0.0, max_tokens=256, json_schema=None, choices=None,
-             seed=None, **extra):
+    def chat(
+        self, conversations, *, n=1, temperature=0.0, max_tokens=256, json_schema=None, choices=None, seed=None, **extra
+    ):
         if set(extra) - {"logprobs"} or ("logprobs" in extra and not self.supports_logprobs):
             raise TypeError(f"chat() got an unexpected keyword argument {sorted(extra)[0]!r}")
         logprobs = extra.get("logprobs")

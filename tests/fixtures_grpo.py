@@ -17,9 +17,17 @@ def build_tiny_llama(tokenizer_dir, out_dir, seed: int = 0):
     tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
     torch.manual_seed(seed)
     config = LlamaConfig(
-        vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=4, max_position_embeddings=4096, tie_word_embeddings=True,
-        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+        vocab_size=len(tok),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
     )
     model = LlamaForCausalLM(config).to(torch.float32)
     model.generation_config.eos_token_id = tok.eos_token_id

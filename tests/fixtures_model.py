@@ -49,9 +49,22 @@ def vllm_server(default_model_dir, tmp_path_factory):
     log = tmp_path_factory.mktemp("vllm-server") / "server.log"
     env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", VLLM_LOGGING_LEVEL="WARNING")
     cmd = [
-        sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(default_model_dir),
-        "--served-model-name", "smollm2-135m", "--host", "127.0.0.1", "--port", str(port), "--dtype", auto_dtype(),
-        "--enforce-eager", "--max-model-len", str(TEST_MAX_MODEL_LEN),
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(default_model_dir),
+        "--served-model-name",
+        "smollm2-135m",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--dtype",
+        auto_dtype(),
+        "--enforce-eager",
+        "--max-model-len",
+        str(TEST_MAX_MODEL_LEN),
     ]
     with open(log, "wb") as fh:
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env)

@@ -24,12 +24,18 @@ def prefect_server(home: Path, timeout: float = 180.0):
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
     env.update(PREFECT_HOME=str(home), PREFECT_SERVER_ANALYTICS_ENABLED="false", OMP_NUM_THREADS="1")
     log = open(home / "server.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port",
-                             str(port)], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     api = f"http://127.0.0.1:{port}/api"
     try:
-        wait_for_http(f"{api}/health", timeout=timeout, what="prefect server health", proc=proc,
-                      log=home / "server.log")
+        wait_for_http(
+            f"{api}/health", timeout=timeout, what="prefect server health", proc=proc, log=home / "server.log"
+        )
         yield api
     finally:
         try:
@@ -73,5 +79,13 @@ def micro_round(test_engine_config):
     from dr_core.presets import preset
 
     eng = test_engine_config
-    return preset("tiny", n_prompts=2, k=2, n_anchor=3, eval_limit=2, policy_max_tokens=32,
-                  generator_max_tokens=200, engines=EnginesConfig(generator=eng, verifier=eng, policy=eng))
+    return preset(
+        "tiny",
+        n_prompts=2,
+        k=2,
+        n_anchor=3,
+        eval_limit=2,
+        policy_max_tokens=32,
+        generator_max_tokens=200,
+        engines=EnginesConfig(generator=eng, verifier=eng, policy=eng),
+    )

@@ -31,8 +31,14 @@ ACCESS_KEY, SECRET_KEY, REGION = "dr-test-key", "dr-test-secret", "us-east-1"
 
 # weed server's listening sockets, each set by a flag (found with `ss -ltnp` against `weed server -s3`).
 _PORT_FLAGS = (
-    "s3.port", "s3.port.grpc", "master.port", "master.port.grpc", "volume.port", "volume.port.grpc",
-    "filer.port", "filer.port.grpc",
+    "s3.port",
+    "s3.port.grpc",
+    "master.port",
+    "master.port.grpc",
+    "volume.port",
+    "volume.port.grpc",
+    "filer.port",
+    "filer.port.grpc",
 )
 # Fixed limits instead of ones derived from the machine's free disk (see the module docstring): volumes are
 # created sparse (no preallocation), so 64 volumes of at most 64 MB bound the server at 4 GB, far above the tests.
@@ -67,17 +73,34 @@ class SeaweedServer:
         }
 
     @classmethod
-    def start(cls, workdir: Path, timeout: float = 60.0, ports: dict[str, int] | None = None,
-              extra_flags: tuple[str, ...] = ()) -> "SeaweedServer":
+    def start(
+        cls,
+        workdir: Path,
+        timeout: float = 60.0,
+        ports: dict[str, int] | None = None,
+        extra_flags: tuple[str, ...] = (),
+    ) -> "SeaweedServer":
         """Start on free ports (or ``ports``: a restart on the same data keeps its endpoint), with ``extra_flags``."""
         data, logs = workdir / "data", workdir / "logs"
         data.mkdir(parents=True, exist_ok=True)
         logs.mkdir(parents=True, exist_ok=True)
         ports = dict(ports) if ports else dict(zip(_PORT_FLAGS, free_ports(len(_PORT_FLAGS))))
         cmd = [
-            str(weed_binary()), f"-logdir={logs}", "server", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-            "-s3", "-filer", "-master.telemetry=false", "-s3.port.iceberg=0", "-s3.port.lance=0",
-            f"-filer.localSocket={workdir}/filer.sock", f"-s3.localSocket={workdir}/s3.sock", *_DISK_FLAGS, *extra_flags,
+            str(weed_binary()),
+            f"-logdir={logs}",
+            "server",
+            f"-dir={data}",
+            "-ip=127.0.0.1",
+            "-ip.bind=127.0.0.1",
+            "-s3",
+            "-filer",
+            "-master.telemetry=false",
+            "-s3.port.iceberg=0",
+            "-s3.port.lance=0",
+            f"-filer.localSocket={workdir}/filer.sock",
+            f"-s3.localSocket={workdir}/s3.sock",
+            *_DISK_FLAGS,
+            *extra_flags,
             *(f"-{flag}={port}" for flag, port in ports.items()),
         ]
         env = {**os.environ, "AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY}
@@ -97,8 +120,13 @@ class SeaweedServer:
         the volume server can take writes)."""
         import s3fs
 
-        fs = s3fs.S3FileSystem(key=ACCESS_KEY, secret=SECRET_KEY, endpoint_url=self.endpoint_url,
-                               client_kwargs={"region_name": REGION}, skip_instance_cache=True)
+        fs = s3fs.S3FileSystem(
+            key=ACCESS_KEY,
+            secret=SECRET_KEY,
+            endpoint_url=self.endpoint_url,
+            client_kwargs={"region_name": REGION},
+            skip_instance_cache=True,
+        )
 
         def round_trip() -> bool:
             if not fs.exists("ready-probe"):
@@ -107,8 +135,14 @@ class SeaweedServer:
             return fs.cat_file("ready-probe/x") == b"ok"
 
         # any failure before readiness just means "not yet"
-        wait_until(round_trip, timeout=timeout, what="weed server (an S3 write read back)", proc=self.proc,
-                   retry_on=(Exception,), log=self._tail)
+        wait_until(
+            round_trip,
+            timeout=timeout,
+            what="weed server (an S3 write read back)",
+            proc=self.proc,
+            retry_on=(Exception,),
+            log=self._tail,
+        )
 
     def _tail(self) -> str:
         try:
@@ -119,8 +153,12 @@ class SeaweedServer:
     def create_bucket(self, name: str) -> None:
         from dr_core.store.artifacts import S3Options
 
-        S3Options(endpoint_url=self.env["AWS_ENDPOINT_URL"], region=self.env.get("AWS_REGION"),
-                  key=self.env["AWS_ACCESS_KEY_ID"], secret=self.env["AWS_SECRET_ACCESS_KEY"]).filesystem().mkdir(name)
+        S3Options(
+            endpoint_url=self.env["AWS_ENDPOINT_URL"],
+            region=self.env.get("AWS_REGION"),
+            key=self.env["AWS_ACCESS_KEY_ID"],
+            secret=self.env["AWS_SECRET_ACCESS_KEY"],
+        ).filesystem().mkdir(name)
 
     def stop(self) -> None:
         """SIGTERM, then SIGKILL after 5 s: ``weed server`` keeps retrying its own gRPC peers after SIGTERM and
@@ -158,8 +196,15 @@ def s3_server():
 def store_url(request, tmp_path, monkeypatch):
     """A fresh, empty store URL: a local directory, then a fresh prefix on the real S3 server. The AWS_* variables
     are set for the test (and any ``dr`` subprocess it starts) so ``Store.from_url`` reaches the server."""
-    for var in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
-                "AWS_REGION", "AWS_DEFAULT_REGION", "DR_STORE"):
+    for var in (
+        "AWS_ENDPOINT_URL",
+        "AWS_ENDPOINT_URL_S3",
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_REGION",
+        "AWS_DEFAULT_REGION",
+        "DR_STORE",
+    ):
         monkeypatch.delenv(var, raising=False)
     if request.param == "local":
         return str(tmp_path / "store")

@@ -1,9 +1,9 @@
 """What the tests share for servers and subprocesses: free loopback ports and one "poll until ready" loop.
 
-    port = free_port()                         # nothing listens there (yet)
-    ports = free_ports(8)                      # 8 distinct ones, for a server with many sockets
-    wait_until(marker.exists, timeout=120, what="the run to pause in verify", proc=proc)
-    wait_for_http(f"{api}/health", timeout=180, what="prefect server", proc=proc, log=log_path)
+port = free_port()                         # nothing listens there (yet)
+ports = free_ports(8)                      # 8 distinct ones, for a server with many sockets
+wait_until(marker.exists, timeout=120, what="the run to pause in verify", proc=proc)
+wait_for_http(f"{api}/health", timeout=180, what="prefect server", proc=proc, log=log_path)
 """
 
 from __future__ import annotations
@@ -49,9 +49,16 @@ def _tail(log: Path | Callable[[], str] | None, chars: int = 3000) -> str:
     return f"\n--- log tail ---\n{text[-chars:]}" if text else ""
 
 
-def wait_until(ready: Callable[[], T], *, timeout: float, what: str, proc: subprocess.Popen | None = None,
-               interval: float = 0.2, retry_on: tuple[type[BaseException], ...] = (),
-               log: Path | Callable[[], str] | None = None) -> T:
+def wait_until(
+    ready: Callable[[], T],
+    *,
+    timeout: float,
+    what: str,
+    proc: subprocess.Popen | None = None,
+    interval: float = 0.2,
+    retry_on: tuple[type[BaseException], ...] = (),
+    log: Path | Callable[[], str] | None = None,
+) -> T:
     """Call ``ready()`` every ``interval`` s until it returns something truthy, and return that.
 
     ``retry_on``: exceptions of ``ready`` that mean "not yet" (the last one is named if time runs out).
@@ -74,13 +81,27 @@ def wait_until(ready: Callable[[], T], *, timeout: float, what: str, proc: subpr
         time.sleep(interval)
 
 
-def wait_for_http(url: str, *, timeout: float, what: str, proc: subprocess.Popen | None = None,
-                  interval: float = 0.5, log: Path | Callable[[], str] | None = None) -> None:
+def wait_for_http(
+    url: str,
+    *,
+    timeout: float,
+    what: str,
+    proc: subprocess.Popen | None = None,
+    interval: float = 0.5,
+    log: Path | Callable[[], str] | None = None,
+) -> None:
     """``wait_until`` a GET of ``url`` answers 200 (connection errors and other statuses mean "not yet")."""
     import httpx
 
-    wait_until(lambda: httpx.get(url, timeout=2).status_code == 200, timeout=timeout, what=what, proc=proc,
-               interval=interval, retry_on=(httpx.HTTPError,), log=log)
+    wait_until(
+        lambda: httpx.get(url, timeout=2).status_code == 200,
+        timeout=timeout,
+        what=what,
+        proc=proc,
+        interval=interval,
+        retry_on=(httpx.HTTPError,),
+        log=log,
+    )
 
 
 def kill_group(proc: subprocess.Popen) -> None:

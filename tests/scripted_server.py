@@ -33,9 +33,19 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 MODEL = "scripted-model"
 
-_ASPECTS = ("answers the question directly", "names a concrete example", "is free of irrelevant text",
-            "uses correct facts", "stays under five sentences", "explains its reasoning", "is polite",
-            "avoids repeating itself", "gives a final answer", "mentions a caveat", "uses plain words")
+_ASPECTS = (
+    "answers the question directly",
+    "names a concrete example",
+    "is free of irrelevant text",
+    "uses correct facts",
+    "stays under five sentences",
+    "explains its reasoning",
+    "is polite",
+    "avoids repeating itself",
+    "gives a final answer",
+    "mentions a caveat",
+    "uses plain words",
+)
 _WORDS = ("apple", "river", "lamp", "cloud", "stone", "garden", "bridge", "candle", "forest", "window")
 
 
@@ -48,8 +58,10 @@ def rubric_reply(h: int) -> str:
     """A rubric of 2-4 distinct criteria with weights 1..5 (GENERATOR_JSON_SCHEMA, MIN_ITEMS..MAX_GEN_ITEMS)."""
     m = 2 + h % 3
     start = (h >> 8) % len(_ASPECTS)
-    items = [{"criterion": f"The response {_ASPECTS[(start + i) % len(_ASPECTS)]}.",
-              "weight": 1 + (h >> (16 + 3 * i)) % 5} for i in range(m)]
+    items = [
+        {"criterion": f"The response {_ASPECTS[(start + i) % len(_ASPECTS)]}.", "weight": 1 + (h >> (16 + 3 * i)) % 5}
+        for i in range(m)
+    ]
     return json.dumps({"rubrics": items})
 
 
@@ -105,8 +117,12 @@ class ScriptedServer:
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
         self._httpd.block_on_close = False
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.1},
-                                        name=f"scripted-server-{self.port}", daemon=True)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever,
+            kwargs={"poll_interval": 0.1},
+            name=f"scripted-server-{self.port}",
+            daemon=True,
+        )
         self._thread.start()
         return self
 
@@ -161,14 +177,25 @@ class ScriptedServer:
                 first = text.split()[0] if text.split() else text
                 other = "no" if first == "yes" else "yes"
                 top = [{"token": first, "logprob": -0.2}, {"token": other, "logprob": -1.8}]
-                choice["logprobs"] = {"content": [{"token": first, "logprob": -0.2,
-                                                   "top_logprobs": top[: int(body.get("top_logprobs") or 2)]}]}
+                choice["logprobs"] = {
+                    "content": [
+                        {"token": first, "logprob": -0.2, "top_logprobs": top[: int(body.get("top_logprobs") or 2)]}
+                    ]
+                }
             choices.append(choice)
         prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in messages)
         completion_tokens = sum(len(c["token_ids"]) if "token_ids" in c else 1 for c in choices)
-        return {"id": f"chatcmpl-{h:x}", "object": "chat.completion", "model": body.get("model", self.model),
-                "choices": choices, "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                                              "total_tokens": prompt_tokens + completion_tokens}}
+        return {
+            "id": f"chatcmpl-{h:x}",
+            "object": "chat.completion",
+            "model": body.get("model", self.model),
+            "choices": choices,
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+            },
+        }
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -22,14 +22,25 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def engines_file(path: Path, base_url: str, attempts: int = 1) -> Path:
     """An engines file whose generator and verifier are the OpenAI-compatible server at ``base_url``."""
-    path.write_text(f"generator: {{kind: openai_http, base_url: '{base_url}', attempts: {attempts}}}\n"
-                    f"verifier: {{kind: openai_http, base_url: '{base_url}', attempts: {attempts}}}\n")
+    path.write_text(
+        f"generator: {{kind: openai_http, base_url: '{base_url}', attempts: {attempts}}}\n"
+        f"verifier: {{kind: openai_http, base_url: '{base_url}', attempts: {attempts}}}\n"
+    )
     return path
 
 
 class ServeProcess:
-    def __init__(self, workdir: Path, *, store: Path | str, engines: Path | None = None, args: tuple = (),
-                 env: dict | None = None, port: int | None = None, ready_timeout: float = 120.0):
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        store: Path | str,
+        engines: Path | None = None,
+        args: tuple = (),
+        env: dict | None = None,
+        port: int | None = None,
+        ready_timeout: float = 120.0,
+    ):
         self.workdir, self.store, self.engines, self.args = Path(workdir), store, engines, tuple(args)
         self.env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), **(env or {})}
         self.port = port or free_port()
@@ -47,17 +58,30 @@ class ServeProcess:
 
     def start(self, *, wait: bool = True, env: dict | None = None) -> "ServeProcess":
         self.starts += 1
-        cmd = [sys.executable, "-m", "cli.main", "serve", "--store", str(self.store), "--host", "127.0.0.1",
-               "--port", str(self.port), *self.args]
+        cmd = [
+            sys.executable,
+            "-m",
+            "cli.main",
+            "serve",
+            "--store",
+            str(self.store),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            *self.args,
+        ]
         if self.engines is not None:
             cmd += ["--engines", str(self.engines)]
         log = open(self.log_path, "w")
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, env={**self.env, **(env or {})}, stdout=log,
-                                     stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = subprocess.Popen(
+            cmd, cwd=ROOT, env={**self.env, **(env or {})}, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
         log.close()
         if wait:
-            wait_for_http(f"{self.url}/ready", timeout=self.ready_timeout, what="dr serve", proc=self.proc,
-                          log=self.log_path)
+            wait_for_http(
+                f"{self.url}/ready", timeout=self.ready_timeout, what="dr serve", proc=self.proc, log=self.log_path
+            )
         return self
 
     def stop(self, timeout: float = 30.0) -> int | None:

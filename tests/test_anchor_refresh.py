@@ -67,10 +67,22 @@ def test_deployment_schedule_and_one_triggered_run(prefect_harness, tmp_path):
     _drop(store, "nightly.jsonl", bundled("anchors_alpacaeval.jsonl").read_text().splitlines(keepends=True)[:3])
     env = {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value(), "DR_STORE": str(store)}
     prefect = [sys.executable, "-m", "prefect"]
-    subprocess.run([*prefect, "work-pool", "create", "dr-process", "--type", "process"], env=env, cwd=REPO_DIR,
-                   capture_output=True, text=True, timeout=120)
-    out = subprocess.run([*prefect, "--no-prompt", "deploy", "--all", "--prefect-file", "infra/prefect.yaml"],
-                         env=env, cwd=REPO_DIR, capture_output=True, text=True, timeout=300)
+    subprocess.run(
+        [*prefect, "work-pool", "create", "dr-process", "--type", "process"],
+        env=env,
+        cwd=REPO_DIR,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    out = subprocess.run(
+        [*prefect, "--no-prompt", "deploy", "--all", "--prefect-file", "infra/prefect.yaml"],
+        env=env,
+        cwd=REPO_DIR,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
 
     with get_client(sync_client=True) as client:
@@ -78,8 +90,14 @@ def test_deployment_schedule_and_one_triggered_run(prefect_harness, tmp_path):
         assert [s.schedule.cron for s in deployment.schedules] == [cron]
         assert deployment.parameters["store"] == str(store)
     run = run_deployment("dynamicrubric-anchor-refresh/anchor-refresh", parameters={"train": False}, timeout=0)
-    worker = subprocess.run([*prefect, "worker", "start", "--pool", "dr-process", "--run-once"], env=env,
-                            cwd=REPO_DIR, capture_output=True, text=True, timeout=600)
+    worker = subprocess.run(
+        [*prefect, "worker", "start", "--pool", "dr-process", "--run-once"],
+        env=env,
+        cwd=REPO_DIR,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     with get_client(sync_client=True) as client:
         state = client.read_flow_run(run.id).state
     assert state.is_completed(), worker.stdout[-3000:] + worker.stderr[-3000:]

@@ -5,39 +5,57 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dr_core.evaluator import answers as A
 from dr_core.datasets import DataError
+from dr_core.evaluator import answers as A
 from dr_core.runs.policy_eval import Answer, load_verifiable, score_verifiable
 
 pytest.importorskip("math_verify", reason="math-verify (in the cpu/gpu extras) is not installed")
 
 
-@pytest.mark.parametrize("text, expected", [
-    (r"so \boxed{42}", "42"),
-    (r"\boxed{1} then \boxed{\frac{1}{2}}", r"\frac{1}{2}"),   # the last one, nested braces kept
-    (r"\fbox{x+1}", "x+1"),
-    (r"\boxed{\frac{1}{2}", None),                            # cut before its closing brace
-    ("no box here", None),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        (r"so \boxed{42}", "42"),
+        (r"\boxed{1} then \boxed{\frac{1}{2}}", r"\frac{1}{2}"),  # the last one, nested braces kept
+        (r"\fbox{x+1}", "x+1"),
+        (r"\boxed{\frac{1}{2}", None),  # cut before its closing brace
+        ("no box here", None),
+    ],
+)
 def test_last_boxed(text, expected):
     assert A.last_boxed(text) == expected
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("we get 3 apples, then 1,234.5 in total", "1,234.5"),
-    ("ratio -7/8", "-7/8"),
-    ("it rose by 50%.", "50%"),
-    ("version v2 of .5", ".5"),
-    ("none", None),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("we get 3 apples, then 1,234.5 in total", "1,234.5"),
+        ("ratio -7/8", "-7/8"),
+        ("it rose by 50%.", "50%"),
+        ("version v2 of .5", ".5"),
+        ("none", None),
+    ],
+)
 def test_last_number(text, expected):
     assert A.last_number(text) == expected
 
 
-@pytest.mark.parametrize("text, value", [
-    ("1,234", 1234.0), ("3/4", 0.75), ("50%", 0.5), (r"50\%", 0.5), (r"\frac{1}{2}", 0.5), ("$-2$", -2.0),
-    (r"\text{7}", 7.0), ("1e3", 1000.0), ("abc", None), ("1/0", None), ("inf", None),
-])
+@pytest.mark.parametrize(
+    "text, value",
+    [
+        ("1,234", 1234.0),
+        ("3/4", 0.75),
+        ("50%", 0.5),
+        (r"50\%", 0.5),
+        (r"\frac{1}{2}", 0.5),
+        ("$-2$", -2.0),
+        (r"\text{7}", 7.0),
+        ("1e3", 1000.0),
+        ("abc", None),
+        ("1/0", None),
+        ("inf", None),
+    ],
+)
 def test_to_number(text, value):
     assert A.to_number(text) == value
 
@@ -51,10 +69,10 @@ HAND_MADE = [
     ("exact", "", "B", False),
     ("numeric", "so the total is 12 dollars", "12", True),
     ("numeric", "so about 0.5 in total", "1/2", True),
-    ("numeric", r"\boxed{\frac{1}{2}} although 3 was close", "0.5", True),   # the box wins over the last number
+    ("numeric", r"\boxed{\frac{1}{2}} although 3 was close", "0.5", True),  # the box wins over the last number
     ("numeric", "it costs 1,000 dollars", "1000", True),
-    ("numeric", "0.333", "1/3", False),                                      # beyond the default tolerance
-    ("numeric", "0.33333333", "1/3", True),                                  # within it (rel 1e-6)
+    ("numeric", "0.333", "1/3", False),  # beyond the default tolerance
+    ("numeric", "0.33333333", "1/3", True),  # within it (rel 1e-6)
     ("numeric", "no numbers", "4", False),
     ("math", r"So \boxed{0.5}.", "1/2", True),
     ("math", r"The answer is $\frac{1}{2}$", "0.5", True),
@@ -93,20 +111,25 @@ def test_math_works_in_a_worker_thread():
     assert out == [True]
 
 
-@pytest.mark.parametrize("task, reference, why", [
-    ("numeric", "about four", "not a number"),
-    ("math", "$$", "cannot parse"),
-    ("exact", "  ", "empty"),
-    ("algebra", "1", "unknown task"),
-])
+@pytest.mark.parametrize(
+    "task, reference, why",
+    [
+        ("numeric", "about four", "not a number"),
+        ("math", "$$", "cannot parse"),
+        ("exact", "  ", "empty"),
+        ("algebra", "1", "unknown task"),
+    ],
+)
 def test_reference_errors(task, reference, why):
     assert why in A.reference_error(task, reference)
 
 
 def test_load_verifiable_checks_every_reference_before_model_work(tmp_path):
     f = tmp_path / "v.jsonl"
-    f.write_text('{"prompt": "1+1?", "answer": 2}\n\n{"id": "q2", "prompt": "half?", "answer": "1/2"}\n'
-                 '{"prompt": "x?", "answer": "a lot"}\n')
+    f.write_text(
+        '{"prompt": "1+1?", "answer": 2}\n\n{"id": "q2", "prompt": "half?", "answer": "1/2"}\n'
+        '{"prompt": "x?", "answer": "a lot"}\n'
+    )
     with pytest.raises(DataError, match=r"v.jsonl:4: field 'answer': not a number"):
         load_verifiable(f, "numeric")
     rows = load_verifiable(f, "exact", limit=2)
@@ -120,7 +143,10 @@ def test_score_verifiable_accuracy_and_delta():
     from dr_core.datasets import VerifiableRow
 
     rows = [VerifiableRow("1", "q", "1/2"), VerifiableRow("2", "q", "3")]
-    m, recs = score_verifiable(rows, "math", {"policy": [Answer(r"\boxed{0.5}", 5), Answer("no idea", 2)],
-                                              "baseline": [Answer("2"), Answer("3")]})
+    m, recs = score_verifiable(
+        rows,
+        "math",
+        {"policy": [Answer(r"\boxed{0.5}", 5), Answer("no idea", 2)], "baseline": [Answer("2"), Answer("3")]},
+    )
     assert m["policy_accuracy"] == 0.5 and m["baseline_accuracy"] == 0.5 and m["accuracy_delta"] == 0
     assert m["policy_no_answer"] == 1 and recs[0]["policy_correct"] and not recs[0]["baseline_correct"]

@@ -52,8 +52,12 @@ def test_engines_named_by_path_are_part_of_the_model_steps(repo):
     """make_engine imports its implementations by a dotted path in a string: an edit there must miss the cache."""
     assert {"dr_core/engines/vllm_engine.py", "dr_core/engines/openai_http.py"} <= set(options.step_code("tasks.round"))
     before = _key(verify)
-    _edit(repo, "dr_core/engines/vllm_engine.py", "from __future__ import annotations",
-          "from __future__ import annotations\nW = 2")
+    _edit(
+        repo,
+        "dr_core/engines/vllm_engine.py",
+        "from __future__ import annotations",
+        "from __future__ import annotations\nW = 2",
+    )
     assert _key(verify) != before
 
 
@@ -71,8 +75,9 @@ def test_a_report_edit_keeps_the_training_cache_hit(repo):
     before = {t.name: _key(t) for t in (train_generator, verify, score)}
     whole = options.code_version()
     (repo / "dr_core" / "report" / "render_extra.py").write_text("X = 1\n", encoding="utf-8")
-    _edit(repo, "dr_core/report/svg.py", "from __future__ import annotations",
-          "from __future__ import annotations\nW = 2")
+    _edit(
+        repo, "dr_core/report/svg.py", "from __future__ import annotations", "from __future__ import annotations\nW = 2"
+    )
     after = {t.name: _key(t) for t in (train_generator, verify, score)}
     assert after == before
     assert options.code_version() != whole  # the run's recorded code version still moves
@@ -82,15 +87,20 @@ def test_a_header_comment_or_docstring_edit_keeps_the_cache(repo):
     before = _key(train_generator)
     _edit(repo, "sql/anchor_filter.sql", "-- anchor_filter:", "-- anchor_filter (edited header):")
     _edit(repo, "dr_core/train/grpo.py", '"""', '"""Edited docstring. ')
-    _edit(repo, "dr_core/train/grpo.py", "from __future__ import annotations",
-          "from __future__ import annotations  # an edited comment")
+    _edit(
+        repo,
+        "dr_core/train/grpo.py",
+        "from __future__ import annotations",
+        "from __future__ import annotations  # an edited comment",
+    )
     assert _key(train_generator) == before
 
 
 def test_an_edit_to_train_misses_the_training_cache_but_not_the_verify_cache(repo):
     train_before, verify_before = _key(train_generator), _key(verify)
-    _edit(repo, "dr_core/train/grpo.py", "from __future__ import annotations",
-          "from __future__ import annotations\nW = 2")
+    _edit(
+        repo, "dr_core/train/grpo.py", "from __future__ import annotations", "from __future__ import annotations\nW = 2"
+    )
     assert _key(train_generator) != train_before
     assert _key(verify) == verify_before  # verify does not run the trainer
 

@@ -8,8 +8,8 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from dr_core.engines.pool import EnginePool
 from cli.app import app
+from dr_core.engines.pool import EnginePool
 from dr_core.paths import bundled
 
 runner = CliRunner()
@@ -27,7 +27,10 @@ def no_model(monkeypatch):
 
 
 def _pairs(path, n=2, bad_line=None):
-    lines = [json.dumps({"id": f"p{i}", "prompt": "Say hi.", "chosen": "Hi there!", "rejected": "Go away."}) for i in range(n)]
+    lines = [
+        json.dumps({"id": f"p{i}", "prompt": "Say hi.", "chosen": "Hi there!", "rejected": "Go away."})
+        for i in range(n)
+    ]
     if bad_line is not None:
         lines.insert(bad_line - 1, '{"id": "bad", "prompt": "x", "chosen": "y"}')
     path.write_text("\n".join(lines) + "\n")
@@ -37,7 +40,9 @@ def _pairs(path, n=2, bad_line=None):
 def test_malformed_line_stops_before_model_work(tmp_path, no_model):
     data = _pairs(tmp_path / "pairs.jsonl", n=3, bad_line=3)
     out = tmp_path / "metrics.json"
-    res = runner.invoke(app, ["eval-evaluator", str(data), "--format", "pairwise", "--limit", "1", "--output", str(out)])
+    res = runner.invoke(
+        app, ["eval-evaluator", str(data), "--format", "pairwise", "--limit", "1", "--output", str(out)]
+    )
     assert res.exit_code == 2
     assert "pairs.jsonl:3" in res.stderr and "rejected" in res.stderr
     assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["pairs.jsonl"]
@@ -72,7 +77,17 @@ def test_bad_engine_config(tmp_path, no_model):
     cfg = tmp_path / "engines.yaml"
     cfg.write_text("verifier:\n  kind: openai_http\n")
     res = runner.invoke(
-        app, ["eval-evaluator", str(data), "--format", "pairwise", "--output", str(tmp_path / "m.json"), "--config", str(cfg)]
+        app,
+        [
+            "eval-evaluator",
+            str(data),
+            "--format",
+            "pairwise",
+            "--output",
+            str(tmp_path / "m.json"),
+            "--config",
+            str(cfg),
+        ],
     )
     assert res.exit_code == 2 and "base_url" in res.stderr
 
@@ -115,8 +130,14 @@ def test_eval_evaluator_on_held_out_human_pairs(tmp_path, default_model_dir):
 def test_score_writes_rubrics_verdicts_scores(tmp_path, default_model_dir):
     data = tmp_path / "sets.jsonl"
     data.write_text(
-        json.dumps({"id": "s1", "prompt": "What is the capital of France?",
-                    "responses": ["Paris.", "I think it is Lyon.", "The capital of France is Paris."]}) + "\n"
+        json.dumps(
+            {
+                "id": "s1",
+                "prompt": "What is the capital of France?",
+                "responses": ["Paris.", "I think it is Lyon.", "The capital of France is Paris."],
+            }
+        )
+        + "\n"
     )
     out = tmp_path / "scored.jsonl"
     res = _dr("score", str(data), "--output", str(out), "--mode", "static")
@@ -139,8 +160,20 @@ def test_eval_evaluator_with_roles_on_a_remote_vllm_server(tmp_path, vllm_server
     role = f"  kind: openai_http\n  base_url: {vllm_server}\n  model: default\n"
     cfg.write_text(f"generator:\n{role}verifier:\n{role}")
     out = tmp_path / "metrics.json"
-    res = _dr("eval-evaluator", str(data), "--format", "pairwise", "--seeds", "1", "--mode", "static",
-              "--config", str(cfg), "--output", str(out))
+    res = _dr(
+        "eval-evaluator",
+        str(data),
+        "--format",
+        "pairwise",
+        "--seeds",
+        "1",
+        "--mode",
+        "static",
+        "--config",
+        str(cfg),
+        "--output",
+        str(out),
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     m = json.loads(out.read_text())
     assert m["models"] == {"generator": "smollm2-135m", "verifier": "smollm2-135m"}

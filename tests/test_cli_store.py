@@ -34,8 +34,14 @@ def test_ingest_then_sql_and_anchor_filter(store_url):
     res = dr("ingest", "anchors", ANCHORS, "--store", store_url)
     assert res.exit_code == 0, res.output
     assert "wrote 528 anchors rows" in res.output  # 48 prompts x 11 ranked responses
-    res = dr("sql", "SELECT count(DISTINCT prompt_id) AS n, min(rank) AS lo, max(rank) AS hi FROM anchors",
-             "--store", store_url, "--format", "json")
+    res = dr(
+        "sql",
+        "SELECT count(DISTINCT prompt_id) AS n, min(rank) AS lo, max(rank) AS hi FROM anchors",
+        "--store",
+        store_url,
+        "--format",
+        "json",
+    )
     assert res.exit_code == 0, res.output
     assert json.loads(res.output) == [{"n": 48, "lo": 1, "hi": 11}]
     res = dr("query", "anchor_filter", "--store", store_url, "--param", "min_responses=11", "--format", "csv")
@@ -57,17 +63,28 @@ def test_ingest_prompts_with_dataset_name(store_url, tmp_path):
     f.write_text('{"id": 1, "prompt": "Say hi."}\n\n{"id": "two", "prompt": "Count to 3.", "baseline": "1 2 3"}\n')
     res = dr("ingest", "prompts", f, "--store", store_url, "--dataset", "mine")
     assert res.exit_code == 0, res.output
-    res = dr("sql", "SELECT dataset, prompt_id, baseline FROM prompts ORDER BY prompt_id", "--store", store_url,
-             "--format", "json")
-    assert json.loads(res.output) == [{"dataset": "mine", "prompt_id": "1", "baseline": None},
-                                      {"dataset": "mine", "prompt_id": "two", "baseline": "1 2 3"}]
+    res = dr(
+        "sql",
+        "SELECT dataset, prompt_id, baseline FROM prompts ORDER BY prompt_id",
+        "--store",
+        store_url,
+        "--format",
+        "json",
+    )
+    assert json.loads(res.output) == [
+        {"dataset": "mine", "prompt_id": "1", "baseline": None},
+        {"dataset": "mine", "prompt_id": "two", "baseline": "1 2 3"},
+    ]
 
 
-@pytest.mark.parametrize("content, where", [
-    ('{"id": "a", "prompt": "p", "responses": ["x", "y"]}\n{"id": "b", "prompt": "p", "responses": ["x"]}\n', ":2"),
-    ('{"id": "a", "prompt": "p", "responses": ["x", "y"]}\nnot json\n', ":2"),
-    ('{"id": "a", "prompt": "p", "responses": ["x", "y"], "scores": [0.1, 0.9]}\n', ":1"),
-])
+@pytest.mark.parametrize(
+    "content, where",
+    [
+        ('{"id": "a", "prompt": "p", "responses": ["x", "y"]}\n{"id": "b", "prompt": "p", "responses": ["x"]}\n', ":2"),
+        ('{"id": "a", "prompt": "p", "responses": ["x", "y"]}\nnot json\n', ":2"),
+        ('{"id": "a", "prompt": "p", "responses": ["x", "y"], "scores": [0.1, 0.9]}\n', ":1"),
+    ],
+)
 def test_malformed_file_writes_nothing(store_url, tmp_path, content, where):
     assert dr("ingest", "anchors", ANCHORS, "--store", store_url).exit_code == 0
     before = {u: Store.from_url(store_url).content_hash(u) for u in _files(store_url)["anchors"]}
@@ -80,10 +97,15 @@ def test_malformed_file_writes_nothing(store_url, tmp_path, content, where):
     assert {u: store.content_hash(u) for u in _files(store_url)["anchors"]} == before
 
 
-@pytest.mark.parametrize("statement", [
-    "COPY anchors TO '{tmp}/out.parquet'", "CREATE TABLE t AS SELECT 1", "INSERT INTO anchors SELECT * FROM anchors",
-    "SELECT 1; DELETE FROM anchors",
-])
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "COPY anchors TO '{tmp}/out.parquet'",
+        "CREATE TABLE t AS SELECT 1",
+        "INSERT INTO anchors SELECT * FROM anchors",
+        "SELECT 1; DELETE FROM anchors",
+    ],
+)
 def test_sql_refuses_writes(store_url, tmp_path, statement):
     assert dr("ingest", "anchors", ANCHORS, "--store", store_url).exit_code == 0
     before = _files(store_url)
@@ -112,9 +134,11 @@ def test_query_errors(tmp_path):
 def test_real_entry_point_and_dr_store_env(tmp_path):
     env = {"DR_STORE": str(tmp_path / "st"), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
     dr_bin = [sys.executable, "-m", "cli.main"]
-    out = subprocess.run([*dr_bin, "ingest", "anchors", str(ANCHORS)], capture_output=True, text=True, env=env,
-                         timeout=120)
+    out = subprocess.run(
+        [*dr_bin, "ingest", "anchors", str(ANCHORS)], capture_output=True, text=True, env=env, timeout=120
+    )
     assert out.returncode == 0, out.stderr
-    out = subprocess.run([*dr_bin, "query", "gap_by_round", "--format", "json"], capture_output=True, text=True,
-                         env=env, timeout=120)
+    out = subprocess.run(
+        [*dr_bin, "query", "gap_by_round", "--format", "json"], capture_output=True, text=True, env=env, timeout=120
+    )
     assert out.returncode == 0 and json.loads(out.stdout) == []

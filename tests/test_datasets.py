@@ -46,8 +46,18 @@ def test_limit_still_validates_the_whole_file(tmp_path):
         ("ranked", {"id": "b", "prompt": "p", "responses": ["only one"]}, (2, "responses"), "at least 2"),
         ("ranked", {"id": "b", "prompt": "p", "responses": "x"}, (2, "responses"), "list"),
         ("ranked", {"id": "b", "prompt": "p", "responses": ["x", ""]}, (2, "responses[1]"), "non-empty"),
-        ("ranked", {"id": "b", "prompt": "p", "responses": ["x", "y"], "scores": [0.1, 0.9]}, (2, "scores"), "best first"),
-        ("ranked", {"id": "b", "prompt": "p", "responses": ["x", "y"], "scores": [1]}, (2, "scores"), "one per response"),
+        (
+            "ranked",
+            {"id": "b", "prompt": "p", "responses": ["x", "y"], "scores": [0.1, 0.9]},
+            (2, "scores"),
+            "best first",
+        ),
+        (
+            "ranked",
+            {"id": "b", "prompt": "p", "responses": ["x", "y"], "scores": [1]},
+            (2, "scores"),
+            "one per response",
+        ),
         ("ranked", {"id": "a", "prompt": "p", "responses": ["x", "y"]}, (2, "id"), "duplicate"),
         ("ranked", {"id": "b", "responses": ["x", "y"]}, (2, "prompt"), "missing"),
         ("ranked", {"id": "b", "prompt": 3, "responses": ["x", "y"]}, (2, "prompt"), "string"),
@@ -81,7 +91,11 @@ def test_reading_stops_at_the_first_bad_line(tmp_path, monkeypatch):
         return orig(ln)
 
     monkeypatch.setattr(ds, "_PARSERS", {**ds._PARSERS, "ranked": spy})
-    p = write(tmp_path, [{"id": "a", "prompt": "p", "responses": ["x"]}] + [{"id": f"i{i}", "prompt": "p", "responses": ["x", "y"]} for i in range(5)])
+    p = write(
+        tmp_path,
+        [{"id": "a", "prompt": "p", "responses": ["x"]}]
+        + [{"id": f"i{i}", "prompt": "p", "responses": ["x", "y"]} for i in range(5)],
+    )
     with pytest.raises(DataError):
         load(p, "ranked")
     assert seen == [1]
@@ -113,8 +127,8 @@ RANKED = '{"id": "a", "prompt": "p", "responses": ["x", "y"]'  # a ranked line, 
         (', "scores": [-Infinity, 1]}', "scores[0]", "-Infinity is not a finite number"),
         (', "scores": [1e400, 1]}', "scores[0]", "overflows to infinity"),
         (', "scores": [1, -1e999]}', "scores[1]", "overflows to infinity"),
-        (', "scores": [1' + "0" * 400 + ', 1]}', "scores[0]", "too large for a float"),  # an int: float() overflows
-        (', "scores": [1' + "0" * 5000 + ', 1]}', "scores[0]", "more than 4300 digits"),
+        (', "scores": [1' + "0" * 400 + ", 1]}", "scores[0]", "too large for a float"),  # an int: float() overflows
+        (', "scores": [1' + "0" * 5000 + ", 1]}", "scores[0]", "more than 4300 digits"),
         (', "scores": [1, "2"]}', "scores[1]", "expected a number, got str"),
         (', "scores": [true, 1]}', "scores[0]", "expected a number, got bool"),
         (', "source": "\\ud800"}', "source", "lone surrogate '\\ud800'"),
@@ -137,8 +151,11 @@ def test_non_finite_numbers_surrogates_and_duplicate_keys_are_refused(tmp_path, 
 def test_every_format_refuses_non_finite_and_surrogates(tmp_path, fmt):
     for value, fragment in [("NaN", "NaN"), ("1e400", "overflows"), ('"\\ud83d"', "lone surrogate")]:
         p = tmp_path / f"{fmt}.jsonl"
-        p.write_text('{"id": "a", "prompt": "p", "chosen": "c", "rejected": "r", "best": "b", "others": ["o"], '
-                     f'"responses": ["r"], "answer": "1", "note": {value}}}\n', encoding="utf-8")
+        p.write_text(
+            '{"id": "a", "prompt": "p", "chosen": "c", "rejected": "r", "best": "b", "others": ["o"], '
+            f'"responses": ["r"], "answer": "1", "note": {value}}}\n',
+            encoding="utf-8",
+        )
         with pytest.raises(DataError) as e:
             load(p, fmt)
         assert (e.value.line, e.value.field) == (1, "note") and fragment in e.value.message
@@ -152,10 +169,15 @@ def test_numeric_answer_overflowing_is_refused_not_stringified(tmp_path):
 
 
 def test_paired_surrogates_and_big_but_convertible_ints_are_fine(tmp_path):
-    p = write(tmp_path, ['{"id": ' + "9" * 4000 + ', "prompt": "smile \\ud83d\\ude00", "responses": ["x", "y"], '
-                         '"scores": [1e308, -1e308]}'])
+    p = write(
+        tmp_path,
+        [
+            '{"id": ' + "9" * 4000 + ', "prompt": "smile \\ud83d\\ude00", "responses": ["x", "y"], '
+            '"scores": [1e308, -1e308]}'
+        ],
+    )
     row = load_ranked(p)[0]
-    assert row.id == "9" * 4000 and row.prompt == "smile \U0001F600" and row.scores == (1e308, -1e308)
+    assert row.id == "9" * 4000 and row.prompt == "smile \U0001f600" and row.scores == (1e308, -1e308)
 
 
 @pytest.mark.parametrize("line", ["[" * 100_000, '{"a": ' * 100_000, "[" * 5000 + "]" * 5000])
@@ -174,12 +196,15 @@ def test_huge_integer_id_names_the_field(tmp_path):
     assert len(str(e.value)) < 200  # the digits are not all echoed back
 
 
-@pytest.mark.parametrize("row, fragment", [
-    ({"id": True, "prompt": "p", "responses": ["x", "y"]}, "got bool"),
-    ({"id": 1.5, "prompt": "p", "responses": ["x", "y"]}, "got float"),
-    ({"id": None, "prompt": "p", "responses": ["x", "y"]}, "got NoneType"),
-    ({"id": ["a"], "prompt": "p", "responses": ["x", "y"]}, "got list"),
-])
+@pytest.mark.parametrize(
+    "row, fragment",
+    [
+        ({"id": True, "prompt": "p", "responses": ["x", "y"]}, "got bool"),
+        ({"id": 1.5, "prompt": "p", "responses": ["x", "y"]}, "got float"),
+        ({"id": None, "prompt": "p", "responses": ["x", "y"]}, "got NoneType"),
+        ({"id": ["a"], "prompt": "p", "responses": ["x", "y"]}, "got list"),
+    ],
+)
 def test_ids_must_be_strings_or_integers(tmp_path, row, fragment):
     with pytest.raises(DataError) as e:
         load_ranked(write(tmp_path, [row]))
@@ -188,8 +213,10 @@ def test_ids_must_be_strings_or_integers(tmp_path, row, fragment):
 
 def test_byte_order_mark_allowed_and_bad_byte_reported_on_its_line(tmp_path):
     p = tmp_path / "bom.jsonl"
-    p.write_bytes(b'\xef\xbb\xbf{"id": "a", "prompt": "p", "responses": ["x", "y"]}\r\n'
-                  b'{"id": "b", "prompt": "p", "responses": ["x", "y"]}\r\n')
+    p.write_bytes(
+        b'\xef\xbb\xbf{"id": "a", "prompt": "p", "responses": ["x", "y"]}\r\n'
+        b'{"id": "b", "prompt": "p", "responses": ["x", "y"]}\r\n'
+    )
     assert [r.id for r in load_ranked(p)] == ["a", "b"]
     lines = [json.dumps({"id": f"i{i}", "prompt": "p" * 50, "responses": ["x", "y"]}).encode() for i in range(500)]
     lines[400] = lines[400].replace(b'"p', b'"\xc3(', 1)  # an invalid UTF-8 sequence, far past the first read chunk
@@ -208,7 +235,9 @@ def test_whole_file_errors_have_no_line_number(tmp_path):
 
 
 def test_prompt_rows_know_their_line(tmp_path):
-    rows = load(write(tmp_path, ["", {"id": "a", "prompt": "p"}, {"id": "b", "prompt": "q", "baseline": "x"}]), "prompts")
+    rows = load(
+        write(tmp_path, ["", {"id": "a", "prompt": "p"}, {"id": "b", "prompt": "q", "baseline": "x"}]), "prompts"
+    )
     assert [r.line for r in rows] == [2, 3]
     from dr_core.datasets import PromptRow
 

@@ -5,7 +5,6 @@ import sys
 import pytest
 from pydantic import ValidationError
 
-from dr_core import model as M
 from dr_core.config import ConfigError, EngineConfig, EnginesConfig, engine_config, load_engines_config
 
 
@@ -13,8 +12,13 @@ def test_defaults_are_the_cpu_settings():
     from dr_core.numerics import auto_dtype
 
     c = EngineConfig()
-    assert (c.kind, c.model, c.dtype, c.enforce_eager, c.prefix_caching) == ("vllm", "default", auto_dtype(), True,
-                                                                             True)
+    assert (c.kind, c.model, c.dtype, c.enforce_eager, c.prefix_caching) == (
+        "vllm",
+        "default",
+        auto_dtype(),
+        True,
+        True,
+    )
     with pytest.raises(ValidationError):
         c.dtype = "bfloat16"  # frozen
 
@@ -98,6 +102,9 @@ def test_engines_file_per_role(tmp_path):
 def test_make_engine_imports_implementations_lazily():
     import subprocess
 
-    code = "import sys, dr_core.engines, dr_core.evaluator.score, dr_core.evaluator.calibrate, dr_core.runs.evaluate; print('vllm' in sys.modules)"
+    code = (
+        "import sys, dr_core.engines, dr_core.evaluator.score, dr_core.evaluator.calibrate, dr_core.runs.evaluate; "
+        "print('vllm' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -48,7 +48,10 @@ def test_choice_constraint(engine):
 def test_json_schema_constraint(engine):
     schema = {
         "type": "object",
-        "properties": {"answer": {"type": "string", "maxLength": 20}, "score": {"type": "integer", "minimum": 1, "maximum": 5}},
+        "properties": {
+            "answer": {"type": "string", "maxLength": 20},
+            "score": {"type": "integer", "minimum": 1, "maximum": 5},
+        },
         "required": ["answer", "score"],
         "additionalProperties": False,
     }
@@ -83,8 +86,14 @@ def test_top_logprobs_on_request_only(engine):
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"n": 0}, {"max_tokens": 0}, {"choices": []}, {"choices": ["a"], "json_schema": {"type": "object"}},
-     {"logprobs": 0}, {"logprobs": 21}],
+    [
+        {"n": 0},
+        {"max_tokens": 0},
+        {"choices": []},
+        {"choices": ["a"], "json_schema": {"type": "object"}},
+        {"logprobs": 0},
+        {"logprobs": 21},
+    ],
 )
 def test_bad_requests_raise_value_error(engine, kwargs):
     with pytest.raises(ValueError):

@@ -20,8 +20,7 @@ import httpx
 import pytest
 
 from dr_core.config import ConfigError, EngineConfig, engine_config, load_engines_config
-from dr_core.engines import EngineError, make_engine
-from dr_core.engines import openai_http
+from dr_core.engines import EngineError, make_engine, openai_http
 from dr_core.evaluator.generate import generate_rubrics
 from dr_core.evaluator.items import Check, EvalItem, StageStats
 from dr_core.evaluator.verify import verify
@@ -38,8 +37,19 @@ def conv(i: int) -> list[dict]:
 
 
 def engine(urls, **fields):
-    cfg = dict(kind="openai_http", base_url=list(urls), model=MODEL, attempts=2, retry_backoff_s=0.01, timeout_s=5,
-               connect_timeout_s=2, concurrency=2) | fields
+    cfg = (
+        dict(
+            kind="openai_http",
+            base_url=list(urls),
+            model=MODEL,
+            attempts=2,
+            retry_backoff_s=0.01,
+            timeout_s=5,
+            connect_timeout_s=2,
+            concurrency=2,
+        )
+        | fields
+    )
     return make_engine(EngineConfig(**cfg))
 
 
@@ -65,8 +75,12 @@ class Front:
                     self.close_connection = True
                     return
                 front.log.append((self.path, "forwarded"))
-                resp = httpx.request(self.command, front.backend.removesuffix("/v1") + self.path, content=raw,
-                                     headers={"Content-Type": "application/json"})
+                resp = httpx.request(
+                    self.command,
+                    front.backend.removesuffix("/v1") + self.path,
+                    content=raw,
+                    headers={"Content-Type": "application/json"},
+                )
                 self.send_response(resp.status_code)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(resp.content)))
@@ -145,8 +159,12 @@ def expected(srv: ScriptedServer, i: int) -> str:
 
 # -- config ---------------------------------------------------------------------------------------------------------
 def test_a_list_of_urls_is_kept_as_a_tuple_and_round_trips_through_json():
-    cfg = EngineConfig(kind="openai_http", base_url=["http://127.0.0.1:8000/v1", "http://127.0.0.1:8001/v1"],
-                       model="m", endpoint_cooldown_s=5)
+    cfg = EngineConfig(
+        kind="openai_http",
+        base_url=["http://127.0.0.1:8000/v1", "http://127.0.0.1:8001/v1"],
+        model="m",
+        endpoint_cooldown_s=5,
+    )
     assert cfg.base_url == cfg.base_urls == ("http://127.0.0.1:8000/v1", "http://127.0.0.1:8001/v1")
     back = EngineConfig.model_validate_json(cfg.model_dump_json())
     assert back == cfg and hash(back) == hash(cfg) and back.endpoint_cooldown_s == 5
@@ -160,25 +178,30 @@ def test_a_list_of_urls_is_kept_as_a_tuple_and_round_trips_through_json():
 
 def test_engines_file_takes_a_yaml_list(tmp_path):
     f = tmp_path / "engines.yaml"
-    f.write_text("verifier:\n  kind: openai_http\n  model: default\n  base_url:\n    - http://127.0.0.1:8000/v1\n"
-                 "    - http://127.0.0.1:8001/v1\n")
+    f.write_text(
+        "verifier:\n  kind: openai_http\n  model: default\n  base_url:\n    - http://127.0.0.1:8000/v1\n"
+        "    - http://127.0.0.1:8001/v1\n"
+    )
     assert load_engines_config(f).verifier.base_urls == ("http://127.0.0.1:8000/v1", "http://127.0.0.1:8001/v1")
     f.write_text("verifier:\n  kind: openai_http\n  model: default\n  base_url: [http://a/v1, http://a/v1/]\n")
     with pytest.raises(ConfigError, match=r"engines.yaml: invalid engine config\n.*lists 'http://a/v1/' twice"):
         load_engines_config(f)
 
 
-@pytest.mark.parametrize("fields, hint", [
-    ({"base_url": []}, "base_url is an empty list"),
-    ({"base_url": ["http://a/v1", "http://a/v1"]}, "lists 'http://a/v1' twice"),
-    ({"base_url": ["http://a/v1", "a:8000"]}, "'a:8000' must start with http://"),
-    ({"base_url": ["http://a/v1", 8000]}, "base_url"),
-    ({"base_url": [f"http://u:{PW}@a/v1", "http://b/v1"]}, r"user:password@ in base_url\[0\] but not in the other"),
-    ({"base_url": [f"http://u:{PW}@a/v1", "http://u:other@b/v1"]}, "different user:password@ in the URLs"),
-    ({"base_url": [f"http://u:{PW}@a/v1", f"http://u:{PW}@b/v1"], "basic_auth": "u:x"}, "credentials given twice"),
-    ({"base_url": ["http://a/v1", "http://b/v1"], "endpoint_cooldown_s": 0}, "endpoint_cooldown_s"),
-    ({"kind": "vllm", "base_url": ["http://a/v1", "http://b/v1"]}, "only used with kind 'openai_http'"),
-])
+@pytest.mark.parametrize(
+    "fields, hint",
+    [
+        ({"base_url": []}, "base_url is an empty list"),
+        ({"base_url": ["http://a/v1", "http://a/v1"]}, "lists 'http://a/v1' twice"),
+        ({"base_url": ["http://a/v1", "a:8000"]}, "'a:8000' must start with http://"),
+        ({"base_url": ["http://a/v1", 8000]}, "base_url"),
+        ({"base_url": [f"http://u:{PW}@a/v1", "http://b/v1"]}, r"user:password@ in base_url\[0\] but not in the other"),
+        ({"base_url": [f"http://u:{PW}@a/v1", "http://u:other@b/v1"]}, "different user:password@ in the URLs"),
+        ({"base_url": [f"http://u:{PW}@a/v1", f"http://u:{PW}@b/v1"], "basic_auth": "u:x"}, "credentials given twice"),
+        ({"base_url": ["http://a/v1", "http://b/v1"], "endpoint_cooldown_s": 0}, "endpoint_cooldown_s"),
+        ({"kind": "vllm", "base_url": ["http://a/v1", "http://b/v1"]}, "only used with kind 'openai_http'"),
+    ],
+)
 def test_bad_endpoint_lists_say_how_to_fix(fields, hint):
     with pytest.raises(ConfigError, match=hint) as err:
         engine_config(**({"kind": "openai_http", "model": "m"} | fields))
@@ -210,8 +233,11 @@ def test_requests_go_to_the_endpoint_with_fewest_outstanding():
         worker = threading.Thread(target=lambda: out.extend(eng.chat([conv(i) for i in range(n)])))
         worker.start()
         try:
-            wait_until(lambda: eng.endpoint_stats()[b.base_url]["answered"] == n - a.held, timeout=30,
-                       what="B to answer every request that A does not hold")
+            wait_until(
+                lambda: eng.endpoint_stats()[b.base_url]["answered"] == n - a.held,
+                timeout=30,
+                what="B to answer every request that A does not hold",
+            )
             stats = eng.endpoint_stats()
             assert stats[a.base_url]["requests"] == a.held and 1 <= a.held <= 2  # nothing more while A was busier
         finally:
@@ -251,8 +277,11 @@ def test_an_endpoint_takes_concurrency_requests_at_most_also_when_the_others_are
         worker = threading.Thread(target=lambda: out.extend(eng.chat([conv(i) for i in range(6)])))
         worker.start()
         try:
-            wait_until(lambda: b.held == 2 and eng._lock.waiting == 2, timeout=30,
-                       what="B to hold 2 requests and 2 more to wait for a place")
+            wait_until(
+                lambda: b.held == 2 and eng._lock.waiting == 2,
+                timeout=30,
+                what="B to hold 2 requests and 2 more to wait for a place",
+            )
             assert b.held == 2 and eng.endpoint_stats()[b.base_url]["requests"] == 2
         finally:
             b.release()
@@ -265,16 +294,25 @@ def test_an_endpoint_takes_concurrency_requests_at_most_also_when_the_others_are
 # -- failover -------------------------------------------------------------------------------------------------------
 def test_a_refusing_endpoint_is_marked_down_and_its_requests_move_without_spending_attempts(slept, caplog):
     dead = f"http://127.0.0.1:{free_port()}/v1"
-    with ScriptedServer() as b, engine([dead, b.base_url], attempts=1) as eng, \
-            caplog.at_level(logging.WARNING, logger="dr_core.engines.openai_http"):
+    with (
+        ScriptedServer() as b,
+        engine([dead, b.base_url], attempts=1) as eng,
+        caplog.at_level(logging.WARNING, logger="dr_core.engines.openai_http"),
+    ):
         out = eng.chat([conv(i) for i in range(8)])
         stats = eng.endpoint_stats()
     assert [c.texts[0] for c in out] == [expected(b, i) for i in range(8)]
     assert slept == []  # attempts=1: a move that spent it would have failed the request
     assert stats[dead]["marked_down"] == 1 and stats[dead]["down"] and stats[dead]["answered"] == 0
     assert stats[dead]["moved"] == stats[dead]["failures"] == stats[dead]["requests"] >= 1
-    assert stats[b.base_url] | {"requests": 0} == {"requests": 0, "answered": 8, "failures": 0, "marked_down": 0,
-                                                   "moved": 0, "down": False}
+    assert stats[b.base_url] | {"requests": 0} == {
+        "requests": 0,
+        "answered": 8,
+        "failures": 0,
+        "marked_down": 0,
+        "moved": 0,
+        "down": False,
+    }
     warnings = [r.getMessage() for r in caplog.records if "marked down" in r.getMessage()]
     assert len(warnings) == 1 and warnings[0].startswith(f"{dead} marked down (ConnectError")
 
@@ -293,15 +331,25 @@ def test_a_5xx_spends_an_attempt_and_the_retry_goes_to_another_endpoint(slept):
         (c,) = eng.chat([conv(0)])  # the first request goes to A (a tie, lowest index first)
         stats = eng.endpoint_stats()
     assert c.texts[0] == expected(b, 0) and slept == [0.01]
-    assert stats[a.base_url] | {"down": None} == {"requests": 1, "answered": 0, "failures": 1, "marked_down": 0,
-                                                  "moved": 1, "down": None}  # a 5xx is an answer: A stays up
+    assert stats[a.base_url] | {"down": None} == {
+        "requests": 1,
+        "answered": 0,
+        "failures": 1,
+        "marked_down": 0,
+        "moved": 1,
+        "down": None,
+    }  # a 5xx is an answer: A stays up
     assert stats[b.base_url]["answered"] == 1
 
 
 def test_a_down_endpoint_is_probed_after_its_cooldown_and_comes_back(clock, caplog):
-    with ScriptedServer() as backend, Front(backend.base_url, drop=True) as a, ScriptedServer() as b, \
-            engine([a.base_url, b.base_url], endpoint_cooldown_s=30) as eng, \
-            caplog.at_level(logging.WARNING, logger="dr_core.engines.openai_http"):
+    with (
+        ScriptedServer() as backend,
+        Front(backend.base_url, drop=True) as a,
+        ScriptedServer() as b,
+        engine([a.base_url, b.base_url], endpoint_cooldown_s=30) as eng,
+        caplog.at_level(logging.WARNING, logger="dr_core.engines.openai_http"),
+    ):
         eng.chat([conv(0)])
         assert eng.endpoint_stats()[a.base_url]["down"]
         before = len(a.log)
@@ -319,8 +367,9 @@ def test_a_down_endpoint_is_probed_after_its_cooldown_and_comes_back(clock, capl
     assert not stats[a.base_url]["down"] and stats[a.base_url]["answered"] >= 1
     assert stats[a.base_url]["marked_down"] == 1  # a failed probe is not a new going-down
     messages = [r.getMessage() for r in caplog.records]
-    assert sum("marked down" in m for m in messages) == 1 and any(m.startswith(f"{a.base_url} is back up")
-                                                                  for m in messages)
+    assert sum("marked down" in m for m in messages) == 1 and any(
+        m.startswith(f"{a.base_url} is back up") for m in messages
+    )
 
 
 def test_every_endpoint_down_fails_naming_each_one_and_its_cause(slept):
@@ -385,8 +434,10 @@ def test_endpoints_serving_different_models_are_an_error():
     with ScriptedServer(model="x") as a, ScriptedServer(model="y") as b:
         with pytest.raises(EngineError) as err:
             engine([a.base_url, b.base_url], model="default")
-    assert str(err.value) == (f"the endpoints of base_url serve different models: {a.base_url} serves ['x'], "
-                              f"{b.base_url} serves ['y']: every endpoint must serve the same one model")
+    assert str(err.value) == (
+        f"the endpoints of base_url serve different models: {a.base_url} serves ['x'], "
+        f"{b.base_url} serves ['y']: every endpoint must serve the same one model"
+    )
 
 
 def test_an_unreachable_endpoint_is_left_out_of_the_model_listing(slept):

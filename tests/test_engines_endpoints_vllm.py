@@ -23,20 +23,33 @@ import pytest
 
 from dr_core.config import EngineConfig
 from dr_core.engines import make_engine
-from dr_core.numerics import auto_dtype
 from dr_core.evaluator.items import Check
 from dr_core.evaluator.verify import verify
-from tests.netutil import kill_group, free_ports, wait_for_http, wait_until
+from dr_core.numerics import auto_dtype
+from tests.netutil import free_ports, kill_group, wait_for_http, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 #: The checks' prompts are short: a small context and KV cache start faster.
 MAX_MODEL_LEN = 1024
-RESPONSES = ["Paris is the capital of France.", "The capital of France is Berlin.", "I don't know.",
-             "France's capital city is Paris, on the Seine.", "Lyon.", "Paris, of course!"]
-CRITERIA = ["The response names Paris.", "The response is one sentence.", "The response is correct.",
-            "The response mentions a river.", "The response is polite.", "The response names a country.",
-            "The response is under ten words.", "The response admits uncertainty."]
+RESPONSES = [
+    "Paris is the capital of France.",
+    "The capital of France is Berlin.",
+    "I don't know.",
+    "France's capital city is Paris, on the Seine.",
+    "Lyon.",
+    "Paris, of course!",
+]
+CRITERIA = [
+    "The response names Paris.",
+    "The response is one sentence.",
+    "The response is correct.",
+    "The response mentions a river.",
+    "The response is polite.",
+    "The response names a country.",
+    "The response is under ten words.",
+    "The response admits uncertainty.",
+]
 CHECKS = [Check("What is the capital of France?", r, c) for r in RESPONSES for c in CRITERIA]
 
 
@@ -61,16 +74,40 @@ def two_servers(default_model_dir, tmp_path):
     servers = []
     try:
         for i, port in enumerate(free_ports(2)):
-            cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(default_model_dir),
-                   "--served-model-name", "smollm2-135m", "--host", "127.0.0.1", "--port", str(port),
-                   "--dtype", auto_dtype(), "--enforce-eager", "--max-model-len", str(MAX_MODEL_LEN)]
+            cmd = [
+                sys.executable,
+                "-m",
+                "vllm.entrypoints.openai.api_server",
+                "--model",
+                str(default_model_dir),
+                "--served-model-name",
+                "smollm2-135m",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--dtype",
+                auto_dtype(),
+                "--enforce-eager",
+                "--max-model-len",
+                str(MAX_MODEL_LEN),
+            ]
             with open(tmp_path / f"server{i}.log", "wb") as fh:
-                servers.append((f"http://127.0.0.1:{port}/v1",
-                                subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env,
-                                                 start_new_session=True)))
+                servers.append(
+                    (
+                        f"http://127.0.0.1:{port}/v1",
+                        subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True),
+                    )
+                )
         for i, (url, proc) in enumerate(servers):
-            wait_for_http(f"{url}/models", timeout=300, what=f"vLLM server {i}", proc=proc, interval=1,
-                          log=tmp_path / f"server{i}.log")
+            wait_for_http(
+                f"{url}/models",
+                timeout=300,
+                what=f"vLLM server {i}",
+                proc=proc,
+                interval=1,
+                log=tmp_path / f"server{i}.log",
+            )
         yield servers
     finally:
         for _, proc in servers:
@@ -87,8 +124,16 @@ def _finished_requests(url: str) -> float:
 
 def test_a_replica_killed_mid_run_loses_and_doubles_no_verdict(two_servers):
     (url_a, proc_a), (url_b, _) = two_servers
-    cfg = EngineConfig(kind="openai_http", base_url=[url_a, url_b], model="default", concurrency=4, attempts=2,
-                       retry_backoff_s=0.1, timeout_s=120, connect_timeout_s=5)
+    cfg = EngineConfig(
+        kind="openai_http",
+        base_url=[url_a, url_b],
+        model="default",
+        concurrency=4,
+        attempts=2,
+        retry_backoff_s=0.1,
+        timeout_s=120,
+        connect_timeout_s=5,
+    )
     done, killed = threading.Event(), threading.Event()
     with make_engine(cfg) as eng:
         assert eng.model_name == "smollm2-135m"
@@ -97,8 +142,15 @@ def test_a_replica_killed_mid_run_loses_and_doubles_no_verdict(two_servers):
 
         def kill_a_after_some_answers():
             # waits on the engine's own counters, not a timer: A dies with requests of this run still to come
-            if wait_until(lambda: done.is_set() or eng.endpoint_stats()[url_a]["answered"] >= listed_a + 4,
-                          timeout=240, what="server A to answer 4 checks", interval=0.02) and not done.is_set():
+            if (
+                wait_until(
+                    lambda: done.is_set() or eng.endpoint_stats()[url_a]["answered"] >= listed_a + 4,
+                    timeout=240,
+                    what="server A to answer 4 checks",
+                    interval=0.02,
+                )
+                and not done.is_set()
+            ):
                 os.killpg(proc_a.pid, signal.SIGKILL)  # the server and its EngineCore, none left behind
                 killed.set()
 
@@ -116,7 +168,9 @@ def test_a_replica_killed_mid_run_loses_and_doubles_no_verdict(two_servers):
         # the server counts a request when its engine step finishes it: wait for its count to reach the engine's
         answered_by_b = wait_until(
             lambda: (n := _finished_requests(url_b) - finished_before) >= cost["endpoints"][url_b]["answered"] and n,
-            timeout=30, what="server B's count of finished requests to reach the engine's")
+            timeout=30,
+            what="server B's count of finished requests to reach the engine's",
+        )
 
     assert len(verdicts) == len(CHECKS) and all(v in (0, 1) for v in verdicts)  # none lost, none unscorable
     # each check answered once: the engine handed back one reply per check during verify (the stage's cost counts

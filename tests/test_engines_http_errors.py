@@ -16,18 +16,27 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from dr_core.config import EngineConfig
-from dr_core.engines import EngineError, make_engine
-from dr_core.engines import openai_http
+from dr_core.engines import EngineError, make_engine, openai_http
 from tests.netutil import free_port
 
 CONV = [[{"role": "user", "content": "Hi"}]]
 
 
 def chat_reply(n: int = 1, text: str = "hello") -> dict:
-    return {"id": "x", "object": "chat.completion",
-            "choices": [{"index": i, "message": {"role": "assistant", "content": f"{text} {i}"},
-                         "finish_reason": "stop", "token_ids": [1, 2, 3]} for i in range(n)],
-            "usage": {"prompt_tokens": 5, "completion_tokens": 3 * n}}
+    return {
+        "id": "x",
+        "object": "chat.completion",
+        "choices": [
+            {
+                "index": i,
+                "message": {"role": "assistant", "content": f"{text} {i}"},
+                "finish_reason": "stop",
+                "token_ids": [1, 2, 3],
+            }
+            for i in range(n)
+        ],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 3 * n},
+    }
 
 
 OK = (200, chat_reply())
@@ -60,8 +69,13 @@ class Replay:
                     time.sleep(delay[0])
                 if callable(body):  # a reply made from the request's headers (a server that echoes them)
                     body = body(dict(self.headers))
-                raw = body if isinstance(body, bytes) else body.encode() if isinstance(body, str) else \
-                    json.dumps(body).encode()
+                raw = (
+                    body
+                    if isinstance(body, bytes)
+                    else body.encode()
+                    if isinstance(body, str)
+                    else json.dumps(body).encode()
+                )
                 try:
                     self.send_response(status)
                     self.send_header("Content-Type", "application/json")
@@ -75,8 +89,7 @@ class Replay:
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02},
-                                       daemon=True)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
 
     @property
     def url(self) -> str:
@@ -92,8 +105,18 @@ class Replay:
 
 
 def engine(url: str, **fields):
-    cfg = dict(kind="openai_http", base_url=url, model="served", attempts=3, retry_backoff_s=0.01, timeout_s=5,
-               connect_timeout_s=2) | fields
+    cfg = (
+        dict(
+            kind="openai_http",
+            base_url=url,
+            model="served",
+            attempts=3,
+            retry_backoff_s=0.01,
+            timeout_s=5,
+            connect_timeout_s=2,
+        )
+        | fields
+    )
     return make_engine(EngineConfig(**cfg))
 
 
@@ -112,10 +135,16 @@ MALFORMED = [
     ({"choices": [{"index": 0}]}, "choices[0] has no 'message' object", '"index": 0'),
     ({"choices": [{"index": 0, "message": "hi"}]}, "choices[0] has no 'message' object", '"message": "hi"'),
     ({"choices": [{"index": 0, "message": {"content": ["a"]}}]}, "content is not a string", '"content"'),
-    ({"choices": [{"index": 3, "message": {"content": "a"}}]}, "asked for n=1 samples, got choices with index [3]",
-     '"index": 3'),
-    ({"choices": [{"index": 0, "message": {"content": "a"}}], "usage": {"prompt_tokens": "many"}},
-     "ValueError", '"prompt_tokens": "many"'),
+    (
+        {"choices": [{"index": 3, "message": {"content": "a"}}]},
+        "asked for n=1 samples, got choices with index [3]",
+        '"index": 3',
+    ),
+    (
+        {"choices": [{"index": 0, "message": {"content": "a"}}], "usage": {"prompt_tokens": "many"}},
+        "ValueError",
+        '"prompt_tokens": "many"',
+    ),
     ({"choices": [{"index": 0, "message": {"content": "a"}}], "usage": ["x"]}, "AttributeError", '"usage"'),
 ]
 
@@ -126,8 +155,9 @@ def test_malformed_chat_reply_is_an_engine_error_with_url_cause_and_body(body, w
         with pytest.raises(EngineError) as err:
             eng.chat(CONV)
     msg = str(err.value)
-    assert msg.startswith(f"{srv.url}/chat/completions: malformed reply: ") or \
-        msg.startswith(f"{srv.url}/chat/completions: reply is ")
+    assert msg.startswith(f"{srv.url}/chat/completions: malformed reply: ") or msg.startswith(
+        f"{srv.url}/chat/completions: reply is "
+    )
     assert what in msg and quoted in msg and "\n" not in msg
     assert len(srv.requests) == 1  # a malformed 200 is not retried by the engine (Prefect's step retry may)
 
@@ -149,15 +179,18 @@ def test_body_is_quoted_up_to_200_characters_on_one_line():
     assert msg.count("x") < 200
 
 
-@pytest.mark.parametrize("body, status, what", [
-    (b"not json at all", 200, "reply is not JSON"),
-    ([{"id": "m"}], 200, "JSON list, not an object"),
-    ({"data": "m"}, 200, "cannot list served models"),
-    ({"data": [{"name": "m"}]}, 200, "cannot list served models"),
-    ({"models": ["m"]}, 200, "cannot list served models"),
-    ({"error": "no such route"}, 404, "HTTP 404"),
-    ({"data": [{"id": "a"}, {"id": "b"}]}, 200, "serves ['a', 'b']: set the engine's model"),
-])
+@pytest.mark.parametrize(
+    "body, status, what",
+    [
+        (b"not json at all", 200, "reply is not JSON"),
+        ([{"id": "m"}], 200, "JSON list, not an object"),
+        ({"data": "m"}, 200, "cannot list served models"),
+        ({"data": [{"name": "m"}]}, 200, "cannot list served models"),
+        ({"models": ["m"]}, 200, "cannot list served models"),
+        ({"error": "no such route"}, 404, "HTTP 404"),
+        ({"data": [{"id": "a"}, {"id": "b"}]}, 200, "serves ['a', 'b']: set the engine's model"),
+    ],
+)
 def test_models_listing_garbage_is_an_engine_error(body, status, what):
     with Replay(default=(status, body)) as srv:
         with pytest.raises(EngineError) as err:
@@ -174,8 +207,10 @@ def test_models_listing_is_read():
 
 # -- retries and timeouts ---------------------------------------------------------------------------------------------
 def test_500_twice_then_200_recovers():
-    with Replay([(500, "overloaded"), (502, "bad gateway")], default=(200, chat_reply(n=2))) as srv, \
-            engine(srv.url) as eng:
+    with (
+        Replay([(500, "overloaded"), (502, "bad gateway")], default=(200, chat_reply(n=2))) as srv,
+        engine(srv.url) as eng,
+    ):
         (c,) = eng.chat(CONV, n=2)
     assert c.texts == ("hello 0", "hello 1") and c.prompt_tokens == 5 and c.completion_tokens == (3, 3)
     assert len(srv.requests) == 3
@@ -212,8 +247,10 @@ def test_client_errors_are_not_retried():
 
 
 def test_prompt_too_long_is_a_completion_not_an_error():
-    with Replay(default=(400, {"message": "This model's maximum context length is 2048 tokens"})) as srv, \
-            engine(srv.url) as eng:
+    with (
+        Replay(default=(400, {"message": "This model's maximum context length is 2048 tokens"})) as srv,
+        engine(srv.url) as eng,
+    ):
         (c,) = eng.chat(CONV, n=2)
     assert c.finish_reasons == ("prompt_too_long",) * 2 and c.texts == ("", "")
 
@@ -256,5 +293,6 @@ def test_connection_refused_fails_after_the_budget():
         with pytest.raises(EngineError) as err:
             eng.chat(CONV)
     msg = str(err.value)
-    assert msg.startswith(f"{url}/chat/completions: ConnectError") and msg.endswith("after 3 attempts "
-                                                                                     "(timeout 5s, connect 2s)")
+    assert msg.startswith(f"{url}/chat/completions: ConnectError") and msg.endswith(
+        "after 3 attempts (timeout 5s, connect 2s)"
+    )

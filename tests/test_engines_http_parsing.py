@@ -7,10 +7,18 @@ from dr_core.engines.openai_http import _top_logprobs
 
 
 def test_sampled_token_is_not_counted_twice():
-    choice = {"logprobs": {"content": [
-        {"token": ",", "logprob": -0.44, "top_logprobs": [{"token": ",", "logprob": -0.44}, {"token": ".", "logprob": -1.3}]},
-        {"token": " rare", "logprob": -7.0, "top_logprobs": [{"token": " is", "logprob": -0.2}]},
-    ]}}
+    choice = {
+        "logprobs": {
+            "content": [
+                {
+                    "token": ",",
+                    "logprob": -0.44,
+                    "top_logprobs": [{"token": ",", "logprob": -0.44}, {"token": ".", "logprob": -1.3}],
+                },
+                {"token": " rare", "logprob": -7.0, "top_logprobs": [{"token": " is", "logprob": -0.2}]},
+            ]
+        }
+    }
     first, second = _top_logprobs(choice)
     assert first == {",": -0.44, ".": -1.3}
     assert second == {" is": -0.2, " rare": -7.0}  # a sampled token outside the top list is added

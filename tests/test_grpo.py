@@ -12,6 +12,15 @@ import json
 import numpy as np
 import pytest
 
+from dr_core.constants import COMPLETE_MARKER
+from dr_core.rubric.schema import Rubric, RubricItem
+from dr_core.scoring.equations import (
+    anchor_reward,
+    combined_advantages,
+    discriminability_reward,
+    group_advantages,
+    rubric_scores,
+)
 from dr_core.train import grpo
 from dr_core.train.grpo import (
     GeneratorReward,
@@ -23,9 +32,6 @@ from dr_core.train.grpo import (
     anchor_floor,
     check_whole_groups,
 )
-from dr_core.constants import COMPLETE_MARKER
-from dr_core.rubric.schema import Rubric, RubricItem
-from dr_core.scoring.equations import anchor_reward, combined_advantages, discriminability_reward, group_advantages, rubric_scores
 from tests import fakes
 
 
@@ -79,9 +85,12 @@ def test_generator_reward_is_eq_24_25_with_floor_for_unparseable():
     texts += [_rubric_json(("greets", 4)), "", _rubric_json(("greets", 4), ("ends with !", 2)), "[1] x"]
     verifier = fake_engine()
     records = []
-    reward = GeneratorReward(GEN_ROWS, verifier, GRPOSettings(num_generations=g, per_device_train_batch_size=g,
-                                                                    rubric_format="json"),
-                             on_rollouts=records.extend)
+    reward = GeneratorReward(
+        GEN_ROWS,
+        verifier,
+        GRPOSettings(num_generations=g, per_device_train_batch_size=g, rubric_format="json"),
+        on_rollouts=records.extend,
+    )
     comps = [[{"role": "assistant", "content": t}] for t in texts]
     out = reward(prompts=[None] * 8, completions=comps, completion_ids=[[1, 2]] * 8, group_id=[0] * 4 + [1] * 4)
 
@@ -119,15 +128,17 @@ def test_generator_reward_lambda_scales_the_anchor_advantage():
     comps = [[{"role": "assistant", "content": t}] for t in texts]
     outs = {}
     for lam in (0.0, 1.0, 2.0):
-        reward = GeneratorReward(GEN_ROWS, fake_engine(), GRPOSettings(num_generations=4, per_device_train_batch_size=4,
-                                                                      lam=lam))
+        reward = GeneratorReward(
+            GEN_ROWS, fake_engine(), GRPOSettings(num_generations=4, per_device_train_batch_size=4, lam=lam)
+        )
         outs[lam] = np.asarray(reward(completions=comps, completion_ids=[[1]] * 4, group_id=[0] * 4))
     np.testing.assert_allclose(outs[2.0] - outs[1.0], outs[1.0] - outs[0.0], atol=1e-12)
 
 
 def test_generator_reward_raises_on_a_split_group():
-    reward = GeneratorReward(GEN_ROWS, fake_engine(), GRPOSettings(num_generations=2, per_device_train_batch_size=2,
-                                                                    rubric_format="json"))
+    reward = GeneratorReward(
+        GEN_ROWS, fake_engine(), GRPOSettings(num_generations=2, per_device_train_batch_size=2, rubric_format="json")
+    )
     with pytest.raises(GroupSplitError):
         reward(completions=["[1] a"] * 4, completion_ids=[[1]] * 4, group_id=[0, 1, 1, 0])
 
@@ -155,16 +166,24 @@ def test_policy_reward_scores_eq_12_and_marks_unscorable_none():
 
 def test_policy_reward_raises_on_an_incomplete_group():
     rows = [PolicyRow(0, "p0", "x")]
-    reward = PolicyReward(rows, fake_engine("[1] a"), fake_engine(), GRPOSettings(num_generations=2,
-                                                                                per_device_train_batch_size=2))
+    reward = PolicyReward(
+        rows, fake_engine("[1] a"), fake_engine(), GRPOSettings(num_generations=2, per_device_train_batch_size=2)
+    )
     with pytest.raises(GroupSplitError):
         reward(completions=["a", "b", "c"], completion_ids=[[1]] * 3, group_id=[0, 0, 0])
 
 
 # ------------------------------------------------------------------------------------------------ real TRL training
 
-TINY = dict(learning_rate=5e-2, num_generations=2, per_device_train_batch_size=4, max_completion_length=8,
-            max_steps=2, save_steps=1, seed=1)
+TINY = dict(
+    learning_rate=5e-2,
+    num_generations=2,
+    per_device_train_batch_size=4,
+    max_completion_length=8,
+    max_steps=2,
+    save_steps=1,
+    seed=1,
+)
 
 
 def _weights(path):
@@ -183,8 +202,13 @@ def test_train_policy_moves_weights_with_whole_groups_and_eq_21_advantages(tiny_
     rows = [PolicyRow(i, f"p{i}", q) for i, q in enumerate(["Name a fruit.", "Say hi.", "Count to 3.", "Why?"])]
     records = []
     result = grpo.train_policy(
-        tiny_llama_dir, rows, fake_engine(_rubric_json(("a", 1), ("e", 2), ("o", 3))), fake_engine(),
-        GRPOSettings(**TINY), tmp_path / "policy", on_rollouts=records.extend,
+        tiny_llama_dir,
+        rows,
+        fake_engine(_rubric_json(("a", 1), ("e", 2), ("o", 3))),
+        fake_engine(),
+        GRPOSettings(**TINY),
+        tmp_path / "policy",
+        on_rollouts=records.extend,
     )
     assert result.steps == 2 and result.resumed_from is None
     final = tmp_path / "policy" / "final"
@@ -204,8 +228,9 @@ def test_train_policy_moves_weights_with_whole_groups_and_eq_21_advantages(tiny_
     np.testing.assert_allclose(trl, group_advantages(scores, 2), atol=1e-4)
     assert result.step_seconds and result.reward_first is not None and len(result.history) == 2
     # a second call finds the finished model and does not train again
-    again = grpo.train_policy(tiny_llama_dir, rows, fake_engine(), fake_engine(), GRPOSettings(**TINY),
-                              tmp_path / "policy")
+    again = grpo.train_policy(
+        tiny_llama_dir, rows, fake_engine(), fake_engine(), GRPOSettings(**TINY), tmp_path / "policy"
+    )
     assert again.checkpoint == result.checkpoint and again.steps == 2 and len(again.history) == 2
 
 
@@ -218,8 +243,14 @@ def test_train_generator_hands_eq_24_25_advantages_to_trl(tiny_llama_dir, tmp_pa
 
     monkeypatch.setattr(grpo, "parse_rollout", fake_parse)
     records = []
-    result = grpo.train_generator(tiny_llama_dir, GEN_ROWS, fake_engine(), GRPOSettings(**TINY, lam=0.5),
-                                  tmp_path / "gen", on_rollouts=records.extend)
+    result = grpo.train_generator(
+        tiny_llama_dir,
+        GEN_ROWS,
+        fake_engine(),
+        GRPOSettings(**TINY, lam=0.5),
+        tmp_path / "gen",
+        on_rollouts=records.extend,
+    )
     assert result.steps == 2
     r_disc = [r["r_disc"] for r in records]
     r_anchor = [r["r_anchor"] for r in records]
@@ -235,9 +266,14 @@ def test_train_generator_hands_eq_24_25_advantages_to_trl(tiny_llama_dir, tmp_pa
 @pytest.mark.slow
 def test_unparseable_rollouts_get_the_floor_and_no_advantage(tiny_llama_dir, tmp_path):
     records = []
-    result = grpo.train_generator(tiny_llama_dir, GEN_ROWS[:1] + GEN_ROWS[1:], fake_engine(),
-                                  GRPOSettings(**{**TINY, "max_steps": 1, "rubric_format": "json"}), tmp_path / "gen",
-                                  on_rollouts=records.extend)
+    result = grpo.train_generator(
+        tiny_llama_dir,
+        GEN_ROWS[:1] + GEN_ROWS[1:],
+        fake_engine(),
+        GRPOSettings(**{**TINY, "max_steps": 1, "rubric_format": "json"}),
+        tmp_path / "gen",
+        on_rollouts=records.extend,
+    )
     assert records and all(r["items"] is None and r["r_disc"] == 0.0 and r["advantage"] == 0.0 for r in records)
     assert all(r["r_anchor"] == pytest.approx(anchor_floor(3)) and r["truncated"] for r in records)
     assert result.history[0]["unparseable"] == len(records)
@@ -323,8 +359,9 @@ def test_lora_bf16_base_gives_the_same_forward_and_merges_onto_the_float32_base(
         if bf16_base:
             assert lora.bf16_linears(model) > 0
         torch.manual_seed(0)
-        return get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear",
-                                                init_lora_weights=False))
+        return get_peft_model(
+            model, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", init_lora_weights=False)
+        )
 
     ref, ours = peft(False), peft(True)
     adapters = {n: p for n, p in ours.named_parameters() if "lora_" in n}
@@ -350,7 +387,9 @@ def test_lora_bf16_base_gives_the_same_forward_and_merges_onto_the_float32_base(
 def test_resume_checkpoints_kept_on_request(tiny_llama_dir, tmp_path):
     rows = [PolicyRow(i, f"p{i}", q) for i, q in enumerate(["Name a fruit.", "Say hi."])]
     settings = GRPOSettings(**{**TINY, "max_steps": 1, "keep_resume_checkpoints": True})
-    grpo.train_policy(tiny_llama_dir, rows, fake_engine(_rubric_json(("a", 1))), fake_engine(), settings, tmp_path / "p")
+    grpo.train_policy(
+        tiny_llama_dir, rows, fake_engine(_rubric_json(("a", 1))), fake_engine(), settings, tmp_path / "p"
+    )
     assert grpo.is_complete(tmp_path / "p" / "final")
     assert grpo.last_checkpoint(tmp_path / "p" / "checkpoints").name == "checkpoint-1"
 
@@ -373,8 +412,13 @@ def test_importing_the_glue_loads_no_torch():
     import subprocess
     import sys
 
-    code = "import sys, dr_core.train.grpo, dr_core.train.launch; print(any(m in sys.modules for m in ('torch', 'trl')))"
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
+    code = (
+        "import sys, dr_core.train.grpo, dr_core.train.launch; print(any(m in sys.modules for m in ('torch', 'trl')))"
+    )
+    assert (
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+        == "False"
+    )
 
 
 def test_lines_rollouts_are_parsed_with_their_primer():
@@ -396,8 +440,9 @@ def test_lines_dataset_renders_the_primer_after_the_generation_prompt(tiny_llama
     rows = grpo.generator_dataset(GEN_ROWS, GRPOSettings(num_generations=2, per_device_train_batch_size=2), tok)
     assert isinstance(rows[0]["prompt"], str) and rows[0]["prompt"].endswith("assistant\n[3] The response")
     assert "[5] The response names at least three specific examples." in rows[0]["prompt"]
-    as_json = grpo.generator_dataset(GEN_ROWS, GRPOSettings(num_generations=2, per_device_train_batch_size=2,
-                                                             rubric_format="json"))
+    as_json = grpo.generator_dataset(
+        GEN_ROWS, GRPOSettings(num_generations=2, per_device_train_batch_size=2, rubric_format="json")
+    )
     assert as_json[0]["prompt"][-1]["role"] == "user"
 
 
@@ -422,15 +467,23 @@ def test_first_step_without_the_reference_forward_is_the_same_update(tiny_llama_
                 def __init__(self, *a, **k):
                     super().__init__(*a, **k)
                     trainers.append(self)
+
             return T
+
         return make
 
     out = {}
     for skip in (True, False):
         monkeypatch.setattr(grpo, "_grpo_trainer_class", recording(skip))
         torch.manual_seed(0)
-        grpo.train_policy(tiny_llama_dir, rows, fake_engine(_rubric_json(("a", 1), ("e", 2))), fake_engine(),
-                          settings, tmp_path / f"p{skip}")
+        grpo.train_policy(
+            tiny_llama_dir,
+            rows,
+            fake_engine(_rubric_json(("a", 1), ("e", 2))),
+            fake_engine(),
+            settings,
+            tmp_path / f"p{skip}",
+        )
         out[skip] = _weights(tmp_path / f"p{skip}" / "final")
     skipped, computed = trainers
     assert skipped.dr_ref_forwards_skipped == 1 and computed.dr_ref_forwards_skipped == 0  # step 0 only
@@ -450,19 +503,22 @@ def test_one_step_update_without_a_reference_model_is_the_same_update(tiny_llama
     settings = GRPOSettings(**{**TINY, "beta": 0.5, "max_steps": 1})
     assert grpo._effective_beta(settings) == 0.0
     assert grpo._effective_beta(settings.model_copy(update={"max_steps": 2})) == 0.5
-    grpo.train_policy(tiny_llama_dir, rows, fake_engine(_rubric_json(("a", 1), ("e", 2))), fake_engine(), settings,
-                      tmp_path / "fast")
+    grpo.train_policy(
+        tiny_llama_dir, rows, fake_engine(_rubric_json(("a", 1), ("e", 2))), fake_engine(), settings, tmp_path / "fast"
+    )
     cls = grpo._grpo_trainer_class
 
     def with_reference():
         class T(cls()):
             dr_skip_ref_at_start = False
+
         return T
 
     monkeypatch.setattr(grpo, "_effective_beta", lambda s: s.beta)
     monkeypatch.setattr(grpo, "_grpo_trainer_class", with_reference)
-    grpo.train_policy(tiny_llama_dir, rows, fake_engine(_rubric_json(("a", 1), ("e", 2))), fake_engine(), settings,
-                      tmp_path / "full")
+    grpo.train_policy(
+        tiny_llama_dir, rows, fake_engine(_rubric_json(("a", 1), ("e", 2))), fake_engine(), settings, tmp_path / "full"
+    )
     fast, full = _weights(tmp_path / "fast" / "final"), _weights(tmp_path / "full" / "final")
     assert _changed(_weights(tiny_llama_dir), fast)
     for k in fast:
@@ -473,7 +529,8 @@ def test_one_step_update_without_a_reference_model_is_the_same_update(tiny_llama
 @pytest.mark.parametrize("bf16", [False, True])
 def test_completion_only_log_probs_equal_trls_fused_head(tiny_llama_dir, tmp_path, bf16):
     """On one CPU process the trainer scores only the completion positions
-    (``dr_core.train.logprobs.completion_logps``) instead of TRL's fused LM head over every position: the same log-probabilities, entropies and gradient as TRL's own method, in
+    (``dr_core.train.logprobs.completion_logps``) instead of TRL's fused LM head over every position: the same
+    log-probabilities, entropies and gradient as TRL's own method, in
     float32 and under bf16 autocast (where the head runs in float32 on both sides), with padding and a
     ``batch_size`` that splits the batch."""
     import torch
@@ -484,13 +541,25 @@ def test_completion_only_log_probs_equal_trls_fused_head(tiny_llama_dir, tmp_pat
     from dr_core.train import logprobs
 
     tok = AutoTokenizer.from_pretrained(tiny_llama_dir)
-    args = GRPOConfig(output_dir=str(tmp_path), num_generations=2, per_device_train_batch_size=2, max_steps=1,
-                      bf16=bf16, use_cpu=True, report_to="none", disable_tqdm=True, dataloader_pin_memory=False,
-                      temperature=0.7)
+    args = GRPOConfig(
+        output_dir=str(tmp_path),
+        num_generations=2,
+        per_device_train_batch_size=2,
+        max_steps=1,
+        bf16=bf16,
+        use_cpu=True,
+        report_to="none",
+        disable_tqdm=True,
+        dataloader_pin_memory=False,
+        temperature=0.7,
+    )
     trainer = grpo._grpo_trainer_class()(
-        model=AutoModelForCausalLM.from_pretrained(tiny_llama_dir, dtype=torch.float32), args=args,
+        model=AutoModelForCausalLM.from_pretrained(tiny_llama_dir, dtype=torch.float32),
+        args=args,
         reward_funcs=[lambda completions, **_: [0.0] * len(completions)],
-        train_dataset=Dataset.from_list([{"prompt": "hi"}]), processing_class=tok)
+        train_dataset=Dataset.from_list([{"prompt": "hi"}]),
+        processing_class=tok,
+    )
     assert logprobs.completion_only_head(trainer, torch.zeros(1, dtype=torch.long), False, {"pixel_values": None})
     torch.manual_seed(0)
     ids = torch.randint(5, len(tok) - 1, (3, 20))

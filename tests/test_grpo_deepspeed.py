@@ -25,17 +25,45 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_zero2_two_processes_train_whole_groups(tiny_llama_dir, tmp_path):
     pytest.importorskip("deepspeed", reason="deepspeed is not installed")
     rows = tmp_path / "rows.jsonl"
-    rows.write_text("\n".join(json.dumps({"group_id": i, "prompt_id": f"p{i}", "prompt": q})
-                              for i, q in enumerate(["Say hi.", "Name a fruit."])))
+    rows.write_text(
+        "\n".join(
+            json.dumps({"group_id": i, "prompt_id": f"p{i}", "prompt": q})
+            for i, q in enumerate(["Say hi.", "Name a fruit."])
+        )
+    )
     settings = tmp_path / "settings.json"
-    settings.write_text(json.dumps(dict(learning_rate=1e-2, num_generations=2, per_device_train_batch_size=2,
-                                        max_completion_length=8, max_steps=2, save_steps=1)))
+    settings.write_text(
+        json.dumps(
+            dict(
+                learning_rate=1e-2,
+                num_generations=2,
+                per_device_train_batch_size=2,
+                max_completion_length=8,
+                max_steps=2,
+                save_steps=1,
+            )
+        )
+    )
     out = tmp_path / "out"
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT), TORCH_EXTENSIONS_DIR=str(extensions_dir()))
     cmd = [
-        sys.executable, "-m", "accelerate.commands.launch", "--config_file", "infra/accelerate/zero2.yaml",
-        "--num_processes", "2", "tests/train_launch_fake.py", "policy", "--base", str(tiny_llama_dir),
-        "--rows", str(rows), "--settings", str(settings), "--out", str(out),
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--config_file",
+        "infra/accelerate/zero2.yaml",
+        "--num_processes",
+        "2",
+        "tests/train_launch_fake.py",
+        "policy",
+        "--base",
+        str(tiny_llama_dir),
+        "--rows",
+        str(rows),
+        "--settings",
+        str(settings),
+        "--out",
+        str(out),
     ]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]

@@ -8,15 +8,22 @@ from __future__ import annotations
 
 import pytest
 
+from dr_core.constants import COMPLETE_MARKER
 from dr_core.train import grpo
 from dr_core.train.grpo import GeneratorRow, GRPOSettings, PolicyRow
 from tests.reference import eq12
-from dr_core.constants import COMPLETE_MARKER
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-SMALL = dict(learning_rate=1e-5, num_generations=2, per_device_train_batch_size=4, max_steps=1, save_steps=1,
-             seed=0, rubric_max_tokens=160)
+SMALL = dict(
+    learning_rate=1e-5,
+    num_generations=2,
+    per_device_train_batch_size=4,
+    max_steps=1,
+    save_steps=1,
+    seed=0,
+    rubric_max_tokens=160,
+)
 
 
 def test_generator_and_policy_update_on_the_default_model(default_model_dir, vllm_engine, tmp_path):
@@ -27,8 +34,12 @@ def test_generator_and_policy_update_on_the_default_model(default_model_dir, vll
     ]
     gen_records = []
     gen = grpo.train_generator(
-        default_model_dir, gen_rows, vllm_engine, GRPOSettings(**SMALL, max_completion_length=64),
-        tmp_path / "generator", on_rollouts=gen_records.extend,
+        default_model_dir,
+        gen_rows,
+        vllm_engine,
+        GRPOSettings(**SMALL, max_completion_length=64),
+        tmp_path / "generator",
+        on_rollouts=gen_records.extend,
     )
     assert gen.steps == 1 and (tmp_path / "generator" / "final" / COMPLETE_MARKER).is_file()
     assert len(gen_records) == 4 and {r["group_id"] for r in gen_records} == {0, 1}
@@ -42,8 +53,12 @@ def test_generator_and_policy_update_on_the_default_model(default_model_dir, vll
 
     pol_records = []
     pol = grpo.train_policy(
-        default_model_dir, [PolicyRow(0, "p0", "What is 2 + 2?"), PolicyRow(1, "p1", "Name a colour.")],
-        vllm_engine, vllm_engine, GRPOSettings(**SMALL, max_completion_length=24), tmp_path / "policy",
+        default_model_dir,
+        [PolicyRow(0, "p0", "What is 2 + 2?"), PolicyRow(1, "p1", "Name a colour.")],
+        vllm_engine,
+        vllm_engine,
+        GRPOSettings(**SMALL, max_completion_length=24),
+        tmp_path / "policy",
         on_rollouts=pol_records.extend,
     )
     assert pol.steps == 1 and grpo.is_complete(pol.checkpoint)
@@ -55,5 +70,7 @@ def test_generator_and_policy_update_on_the_default_model(default_model_dir, vll
             weights = [w for _, w in r["rubric_items"]]
             assert r["score"] == pytest.approx(eq12(weights, [r["verdicts"]])[0]), r
     assert pol.history[0]["unscorable"] == sum(r["score"] is None for r in pol_records)
-    print(f"generator step {gen.step_seconds:.1f} s, policy step {pol.step_seconds:.1f} s; "
-          f"generator history {gen.history}; policy history {pol.history}")
+    print(
+        f"generator step {gen.step_seconds:.1f} s, policy step {pol.step_seconds:.1f} s; "
+        f"generator history {gen.history}; policy history {pol.history}"
+    )

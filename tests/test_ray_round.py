@@ -32,8 +32,10 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 def _alive_nodes(gcs: str, env: dict) -> int:
-    code = ("import ray; ray.init(address='%s', log_to_driver=False); "
-            "print(sum(1 for n in ray.nodes() if n['Alive']))" % gcs)
+    code = (
+        "import ray; ray.init(address='%s', log_to_driver=False); "
+        "print(sum(1 for n in ray.nodes() if n['Alive']))" % gcs
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     return int(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 and out.stdout.strip() else 0
 
@@ -56,16 +58,34 @@ def ray_cluster(tmp_path_factory):
 
     def start(name: str, args: list[str]) -> subprocess.Popen:
         log = open(logs / f"{name}.log", "wb")
-        proc = subprocess.Popen([ray_bin, "start", *args, *common], stdout=log, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            [ray_bin, "start", *args, *common], stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
         procs.append(proc)
-        wait_until(lambda: b"block forever" in (logs / f"{name}.log").read_bytes(), timeout=120,
-                   what=f"ray {name} node", proc=proc, log=logs / f"{name}.log")
+        wait_until(
+            lambda: b"block forever" in (logs / f"{name}.log").read_bytes(),
+            timeout=120,
+            what=f"ray {name} node",
+            proc=proc,
+            log=logs / f"{name}.log",
+        )
         return proc
 
     try:
-        start("head", ["--head", "--port", str(gcs_port), "--ray-client-server-port", str(client_port),
-                       "--num-cpus", "0", "--include-dashboard", "false"])
+        start(
+            "head",
+            [
+                "--head",
+                "--port",
+                str(gcs_port),
+                "--ray-client-server-port",
+                str(client_port),
+                "--num-cpus",
+                "0",
+                "--include-dashboard",
+                "false",
+            ],
+        )
         for i in range(2):
             start(f"worker{i}", ["--address", gcs, "--num-cpus", "1"])
         wait_until(lambda: _alive_nodes(gcs, env) == 3, timeout=120, interval=1, what="3 live Ray nodes")
@@ -75,8 +95,9 @@ def ray_cluster(tmp_path_factory):
             _stop(proc)
 
 
-def test_sharded_round_on_ray_workers_gives_the_unsharded_rows(ray_cluster, prefect_harness, test_engine_config,
-                                                               tmp_path, monkeypatch):
+def test_sharded_round_on_ray_workers_gives_the_unsharded_rows(
+    ray_cluster, prefect_harness, test_engine_config, tmp_path, monkeypatch
+):
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # the driver, like the cluster (fixture)
     from dr_core.config import EnginesConfig
     from dr_core.presets import preset
@@ -86,9 +107,16 @@ def test_sharded_round_on_ray_workers_gives_the_unsharded_rows(ray_cluster, pref
 
     eng = test_engine_config
     resources = {role: {"num_cpus": 1, "num_gpus": 0} for role in ("generator", "verifier", "policy")}
-    cfg = preset("tiny", n_prompts=2, k=2, n_anchor=3, policy_max_tokens=24, generator_max_tokens=200,
-                 engines=EnginesConfig(generator=eng, verifier=eng, policy=eng),
-                 scale={"shards": 2, "resources": resources})
+    cfg = preset(
+        "tiny",
+        n_prompts=2,
+        k=2,
+        n_anchor=3,
+        policy_max_tokens=24,
+        generator_max_tokens=200,
+        engines=EnginesConfig(generator=eng, verifier=eng, policy=eng),
+        scale={"shards": 2, "resources": resources},
+    )
 
     def run(store: str, config, runner=None):
         flow_fn = round_flow if runner is None else round_flow.with_options(task_runner=runner)

@@ -7,8 +7,8 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from dr_core.rubric import prompts
 from cli.app import app
+from dr_core.rubric import prompts
 from dr_core.runs.reward_model import RewardModel, RewardModelError, score_items, score_metrics
 
 pytestmark = pytest.mark.integration
@@ -20,9 +20,17 @@ def _tiny(default_model_dir, path, num_labels=1):
 
     tok = AutoTokenizer.from_pretrained(default_model_dir)
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
-                      num_labels=num_labels, pad_token_id=tok.pad_token_id or tok.eos_token_id)
+    cfg = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        num_labels=num_labels,
+        pad_token_id=tok.pad_token_id or tok.eos_token_id,
+    )
     LlamaForSequenceClassification(cfg).save_pretrained(path)
     tok.save_pretrained(path)
     return path
@@ -43,8 +51,8 @@ def test_scores_one_float_per_candidate_and_the_set_changes_the_input(tiny_rm):
     with_set = score_items(rm, items, with_responses=True)
     assert [len(s) for s in alone] == [2, 3] and all(isinstance(x, float) for s in alone for x in s)
     flat = [x for s in alone for x in s]
-    assert [x for s in again for x in s] == pytest.approx(flat)       # deterministic (eval mode)
-    assert with_set[0] != pytest.approx(alone[0])                      # the candidate set is in the input
+    assert [x for s in again for x in s] == pytest.approx(flat)  # deterministic (eval mode)
+    assert with_set[0] != pytest.approx(alone[0])  # the candidate set is in the input
     # padding does not change a score: a batch of one gives the same as the padded batch
     single = RewardModel(tiny_rm, batch_size=1)
     assert [x for s in score_items(single, items) for x in s] == pytest.approx(flat, abs=1e-4)
@@ -77,15 +85,41 @@ def test_eval_evaluator_reward_model_mode(tiny_rm, tmp_path):
     runner = CliRunner()
     for extra, mode in (([], "reward-model"), (["--with-responses"], "reward-model-with-responses")):
         out = tmp_path / f"{mode}.json"
-        res = runner.invoke(app, ["eval-evaluator", str(bundled("eval_hh_harmless_pairs.jsonl")), "--format",
-                                  "pairwise", "--limit", "3", "--mode", "reward-model", "--reward-model",
-                                  str(tiny_rm), *extra, "--output", str(out)])
+        res = runner.invoke(
+            app,
+            [
+                "eval-evaluator",
+                str(bundled("eval_hh_harmless_pairs.jsonl")),
+                "--format",
+                "pairwise",
+                "--limit",
+                "3",
+                "--mode",
+                "reward-model",
+                "--reward-model",
+                str(tiny_rm),
+                *extra,
+                "--output",
+                str(out),
+            ],
+        )
         assert res.exit_code == 0, res.output
         m = json.loads(out.read_text())
         assert m["mode"] == mode and m["n"] == 3 and len(m["scores"]) == 3
         # strict pairwise accuracy and ties of the scores it reports (candidate 0 is the chosen one)
         assert m["accuracy"] == pytest.approx(sum(c > r for c, r in m["scores"]) / 3)
         assert m["ties"] == pytest.approx(sum(c == r for c, r in m["scores"]) / 3)
-    res = runner.invoke(app, ["eval-evaluator", str(bundled("eval_hh_harmless_pairs.jsonl")), "--format", "pairwise",
-                              "--mode", "reward-model", "--output", str(tmp_path / "x.json")])
+    res = runner.invoke(
+        app,
+        [
+            "eval-evaluator",
+            str(bundled("eval_hh_harmless_pairs.jsonl")),
+            "--format",
+            "pairwise",
+            "--mode",
+            "reward-model",
+            "--output",
+            str(tmp_path / "x.json"),
+        ],
+    )
     assert res.exit_code == 2 and "--reward-model DIR" in res.output

@@ -20,13 +20,38 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 #: Every role on the default model (SmolLM2-135M): these tests are about resuming and the server, where the tiny
 #: preset's larger verifier would only add minutes.
 ENGINES = Path(__file__).resolve().parent / "engines_smollm2.yaml"
-SMALL = ["--set", "n_prompts=2", "--set", "k=2", "--set", "n_anchor=3", "--set", "eval_limit=2",
-         "--set", "policy_max_tokens=32", "--set", "generator_max_tokens=200", "--engines", str(ENGINES)]
+SMALL = [
+    "--set",
+    "n_prompts=2",
+    "--set",
+    "k=2",
+    "--set",
+    "n_anchor=3",
+    "--set",
+    "eval_limit=2",
+    "--set",
+    "policy_max_tokens=32",
+    "--set",
+    "generator_max_tokens=200",
+    "--engines",
+    str(ENGINES),
+]
 
 
 def _dr_round(store: Path, run_id: str, out: Path, env=None, **popen):
-    cmd = [sys.executable, "-m", "cli.main", "round", "--store", str(store), "--run-id", run_id, *SMALL,
-           "--json", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "cli.main",
+        "round",
+        "--store",
+        str(store),
+        "--run-id",
+        run_id,
+        *SMALL,
+        "--json",
+        str(out),
+    ]
     env = {k: v for k, v in os.environ.items() if k not in ("DR_FAULT", "DR_FAULT_DIR")} | (env or {})
     popen = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True} | popen
     return subprocess.Popen(cmd, env=env, **popen)
@@ -40,8 +65,9 @@ def killed_then_resumed(tmp_path_factory, default_model_dir):
     tmp = tmp_path_factory.mktemp("kill")
     store, out, log = tmp / "store", tmp / "result.json", tmp / "killed.log"
     with open(log, "wb") as fh:  # a file, not a pipe: a child left behind by the killed run may hold a pipe open
-        proc = _dr_round(store, "k", out, env={"DR_FAULT": "kill@verify#1"}, start_new_session=True,
-                         stdout=fh, text=False)
+        proc = _dr_round(
+            store, "k", out, env={"DR_FAULT": "kill@verify#1"}, start_new_session=True, stdout=fh, text=False
+        )
     try:
         rc = proc.wait(timeout=900)
     finally:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from dr_core.runs import round_steps
 from dr_core.presets import preset
+from dr_core.runs import round_steps
 from tests.fakes import round_engine
 
 RUBRIC = [{"criterion": "Mentions detail", "weight": 3}, {"criterion": "Says answer", "weight": 1}]
@@ -49,14 +49,48 @@ def test_round_steps_shapes_and_scores():
 
 def test_unusable_rubric_and_missing_verdicts_are_unscorable():
     rubrics = [
-        {"stage": "measure", "set_id": 0, "rollout": 0, "generator_ckpt": "g", "item": None, "criterion": None,
-         "weight": None, "error": "truncated_json"},
-        {"stage": "measure", "set_id": 0, "rollout": 1, "generator_ckpt": "g", "item": 0, "criterion": "A",
-         "weight": 2, "error": None},
+        {
+            "stage": "measure",
+            "set_id": 0,
+            "rollout": 0,
+            "generator_ckpt": "g",
+            "item": None,
+            "criterion": None,
+            "weight": None,
+            "error": "truncated_json",
+        },
+        {
+            "stage": "measure",
+            "set_id": 0,
+            "rollout": 1,
+            "generator_ckpt": "g",
+            "item": 0,
+            "criterion": "A",
+            "weight": 2,
+            "error": None,
+        },
     ]
     verdicts = [
-        {"stage": "measure", "set_id": 0, "rollout": 1, "item": 0, "target": "C", "response": 0, "verdict": True, "verifier": "v"},
-        {"stage": "measure", "set_id": 0, "rollout": 1, "item": 0, "target": "C", "response": 1, "verdict": None, "verifier": "v"},
+        {
+            "stage": "measure",
+            "set_id": 0,
+            "rollout": 1,
+            "item": 0,
+            "target": "C",
+            "response": 0,
+            "verdict": True,
+            "verifier": "v",
+        },
+        {
+            "stage": "measure",
+            "set_id": 0,
+            "rollout": 1,
+            "item": 0,
+            "target": "C",
+            "response": 1,
+            "verdict": None,
+            "verifier": "v",
+        },
     ]
     scores, rewards = round_steps.score_sets(rubrics, verdicts, "measure")
     by = {(r["rollout"]): r for r in rewards}
@@ -68,6 +102,8 @@ def test_unusable_rubric_and_missing_verdicts_are_unscorable():
 
 
 def test_anchor_gaps_in_rank_order():
-    rows = [{"set_id": 0, "rollout": 0, "target": "anchor", "response": rank, "score": sc}
-            for rank, sc in [(11, 0.0), (1, 1.0), (6, 0.5)]]
+    rows = [
+        {"set_id": 0, "rollout": 0, "target": "anchor", "response": rank, "score": sc}
+        for rank, sc in [(11, 0.0), (1, 1.0), (6, 0.5)]
+    ]
     assert round_steps.anchor_gaps(rows) == [pytest.approx((0.5 + 1.0 + 0.5) / 3)]

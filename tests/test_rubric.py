@@ -118,8 +118,12 @@ def test_schema_from_the_model_is_the_plain_schema_engines_were_sent():
         "additionalProperties": False,
     }
     rubrics = {"type": "array", "minItems": 1, "maxItems": MAX_ITEMS, "items": item}
-    expected = {"type": "object", "properties": {"rubrics": rubrics}, "required": ["rubrics"],
-                "additionalProperties": False}
+    expected = {
+        "type": "object",
+        "properties": {"rubrics": rubrics},
+        "required": ["rubrics"],
+        "additionalProperties": False,
+    }
     assert RUBRIC_JSON_SCHEMA == expected
     assert "$ref" not in json.dumps(RUBRIC_JSON_SCHEMA) and "title" not in json.dumps(RUBRIC_JSON_SCHEMA)
     tight = rubric_json_schema(max_items=3, max_criterion_chars=50)
@@ -127,8 +131,9 @@ def test_schema_from_the_model_is_the_plain_schema_engines_were_sent():
     assert tight["properties"]["rubrics"]["items"]["properties"]["criterion"]["maxLength"] == 50
 
 
-@pytest.mark.parametrize("kwargs", [dict(max_items=MAX_ITEMS + 1), dict(max_criterion_chars=MAX_CRITERION_CHARS + 1),
-                                    dict(max_items=0)])
+@pytest.mark.parametrize(
+    "kwargs", [dict(max_items=MAX_ITEMS + 1), dict(max_criterion_chars=MAX_CRITERION_CHARS + 1), dict(max_items=0)]
+)
 def test_schema_cannot_be_looser_than_the_parser(kwargs):
     with pytest.raises(ValueError):
         rubric_json_schema(**kwargs)
@@ -144,14 +149,18 @@ def test_failure_details_name_the_item_and_the_bound():
     out_of_range = f"weight_out_of_range: item 1: weight 6.0 not in {WEIGHT_MIN}..{WEIGHT_MAX}"
     assert str(parse_rubric(items(("A", 2), ("B", 6.0)))) == out_of_range
     long = MAX_CRITERION_CHARS + 1
-    assert str(parse_rubric(items(("x" * long, 2)))) == f"criterion_too_long: item 0: {long} > {MAX_CRITERION_CHARS} chars"
+    assert (
+        str(parse_rubric(items(("x" * long, 2)))) == f"criterion_too_long: item 0: {long} > {MAX_CRITERION_CHARS} chars"
+    )
     assert str(parse_rubric('{"rubrics": [{"criterion": 5}]}')) == "missing_field: item 0 has no 'weight'"
     assert str(parse_rubric('{"rubrics": [{"criterion": 5, "weight": 1}]}')) == "empty_criterion: item 0"
     extra = '{"rubrics": [{"criterion": " A ", "weight": 1, "note": "extra keys are ignored"}]}'
     assert parse_rubric(extra).criteria == ["A"]
 
 
-@pytest.mark.parametrize("kwargs", [dict(criterion="A", weight=0), dict(criterion="", weight=2), dict(criterion="A", weight=2.0)])
+@pytest.mark.parametrize(
+    "kwargs", [dict(criterion="A", weight=0), dict(criterion="", weight=2), dict(criterion="A", weight=2.0)]
+)
 def test_rubric_item_validates(kwargs):
     with pytest.raises(ValueError):
         RubricItem(**kwargs)

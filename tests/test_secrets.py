@@ -34,8 +34,20 @@ def clean(text: str) -> bool:
 
 
 def http(url="http://127.0.0.1:9/v1", **fields) -> EngineConfig:
-    return EngineConfig(**({"kind": "openai_http", "base_url": url, "model": "served", "attempts": 2,
-                            "retry_backoff_s": 0.01, "timeout_s": 5, "connect_timeout_s": 1} | fields))
+    return EngineConfig(
+        **(
+            {
+                "kind": "openai_http",
+                "base_url": url,
+                "model": "served",
+                "attempts": 2,
+                "retry_backoff_s": 0.01,
+                "timeout_s": 5,
+                "connect_timeout_s": 1,
+            }
+            | fields
+        )
+    )
 
 
 def cred_url(port: int = 9) -> str:
@@ -46,10 +58,15 @@ def all_configs():
     key, basic = http(api_key=SECRET), http(cred_url())
     engines = EnginesConfig(verifier=key, policy=basic)
     rc = preset("tiny", engines=engines)
-    cc = coevolve_preset("tiny", round={"engines": engines.model_dump()},
-                         policy_eval={"judge": key.model_dump()})
-    return {"engine(api_key)": key, "engine(url credentials)": basic, "engines": engines, "round": rc,
-            "coevolve": cc, "policy_eval": PolicyEvalConfig(judge=key)}
+    cc = coevolve_preset("tiny", round={"engines": engines.model_dump()}, policy_eval={"judge": key.model_dump()})
+    return {
+        "engine(api_key)": key,
+        "engine(url credentials)": basic,
+        "engines": engines,
+        "round": rc,
+        "coevolve": cc,
+        "policy_eval": PolicyEvalConfig(judge=key),
+    }
 
 
 @pytest.mark.parametrize("name", list(all_configs()))
@@ -57,8 +74,15 @@ def test_no_secret_in_repr_str_or_json(name):
     from fastapi.encoders import jsonable_encoder  # what Prefect stores for a flow parameter
 
     cfg = all_configs()[name]
-    for text in (repr(cfg), str(cfg), cfg.model_dump_json(), cfg.model_dump_json(indent=1),
-                 json.dumps(cfg.model_dump(mode="json")), json.dumps(jsonable_encoder(cfg)), repr(cfg.model_dump())):
+    for text in (
+        repr(cfg),
+        str(cfg),
+        cfg.model_dump_json(),
+        cfg.model_dump_json(indent=1),
+        json.dumps(cfg.model_dump(mode="json")),
+        json.dumps(jsonable_encoder(cfg)),
+        repr(cfg.model_dump()),
+    ):
         assert clean(text), text
     assert REDACTED in cfg.model_dump_json()
 
@@ -75,8 +99,10 @@ def test_url_credentials_are_taken_out_of_the_url():
 
 def test_engines_file_with_secrets(tmp_path):
     f = tmp_path / "engines.yaml"
-    f.write_text(f"verifier:\n  kind: openai_http\n  base_url: {cred_url()}\n  model: judge\n"
-                 f"policy:\n  kind: openai_http\n  base_url: http://127.0.0.1:9/v1\n  api_key: {SECRET}\n")
+    f.write_text(
+        f"verifier:\n  kind: openai_http\n  base_url: {cred_url()}\n  model: judge\n"
+        f"policy:\n  kind: openai_http\n  base_url: http://127.0.0.1:9/v1\n  api_key: {SECRET}\n"
+    )
     cfg = load_engines_config(f)
     assert cfg.policy.api_key.get_secret_value() == SECRET
     assert clean(repr(cfg)) and clean(cfg.model_dump_json())
@@ -91,11 +117,14 @@ def test_engines_file_with_secrets(tmp_path):
 
 
 def test_validation_errors_do_not_echo_the_input():
-    for build in (lambda: EngineConfig(kind="openai_http", api_key=SECRET),
-                  lambda: EngineConfig(kind="openai_http", base_url=cred_url().replace("http", "ftp")),
-                  lambda: RoundConfig(k=1, engines={"verifier": {"kind": "openai_http", "api_key": SECRET}}),
-                  lambda: RoundConfig(n_anchor=9, engines={"verifier": {"kind": "openai_http", "base_url": cred_url(),
-                                                                        "model": "m"}})):
+    for build in (
+        lambda: EngineConfig(kind="openai_http", api_key=SECRET),
+        lambda: EngineConfig(kind="openai_http", base_url=cred_url().replace("http", "ftp")),
+        lambda: RoundConfig(k=1, engines={"verifier": {"kind": "openai_http", "api_key": SECRET}}),
+        lambda: RoundConfig(
+            n_anchor=9, engines={"verifier": {"kind": "openai_http", "base_url": cred_url(), "model": "m"}}
+        ),
+    ):
         with pytest.raises(ValidationError) as err:
             build()
         # str() is what a traceback or a log line shows (``errors()`` still carries the input: log it with
@@ -156,9 +185,13 @@ def auth_header(srv: Replay) -> str:
 def test_round_trip_through_model_dump_keeps_the_real_key():
     with Replay() as srv:
         cfg = preset("tiny", engines=EnginesConfig(verifier=http(srv.url, api_key=SECRET)))
-        for copy in (RoundConfig.model_validate(cfg.model_dump()), RoundConfig(**cfg.model_dump()),
-                     preset("tiny", **{"engines": cfg.engines.model_dump()}), cfg.model_copy(),
-                     CoevolveConfig(**{**coevolve_preset("tiny").model_dump(), "round": cfg.model_dump()}).round):
+        for copy in (
+            RoundConfig.model_validate(cfg.model_dump()),
+            RoundConfig(**cfg.model_dump()),
+            preset("tiny", **{"engines": cfg.engines.model_dump()}),
+            cfg.model_copy(),
+            CoevolveConfig(**{**coevolve_preset("tiny").model_dump(), "round": cfg.model_dump()}).round,
+        ):
             with make_engine(copy.engines.verifier) as eng:
                 assert eng.chat(CONV)[0].texts == ("hello 0",)
             assert auth_header(srv) == f"Bearer {SECRET}"

@@ -37,8 +37,12 @@ def scripted():
 def served(scripted, tmp_path_factory):
     work = tmp_path_factory.mktemp("serve")
     (work / "token").write_text(TOKEN + "\n")
-    srv = ServeProcess(work, store=work / "store", engines=engines_file(work / "engines.yaml", scripted.base_url),
-                       args=("--token-file", str(work / "token"), "--group-timeout", "3", "--group-size", "2"))
+    srv = ServeProcess(
+        work,
+        store=work / "store",
+        engines=engines_file(work / "engines.yaml", scripted.base_url),
+        args=("--token-file", str(work / "token"), "--group-timeout", "3", "--group-size", "2"),
+    )
     with srv:
         yield srv
 
@@ -76,13 +80,18 @@ SET = {"prompt": "Which planet is closest to the sun?", "responses": ["Mercury."
 
 # -- health, auth ----------------------------------------------------------------------------------------------------
 
+
 def test_probes_are_open_and_everything_else_needs_the_token(served):
     with served.client() as anon:
         assert anon.get("/health").json() == {"status": "ok"}
         ready = anon.get("/ready").json()
         assert ready["status"] == "ready" and ready["generator"] == "scripted-model"
-        for method, path in [("get", "/metrics"), ("post", "/v1/score-set"), ("post", "/v1/rewards"),
-                             ("post", "/get_reward")]:
+        for method, path in [
+            ("get", "/metrics"),
+            ("post", "/v1/score-set"),
+            ("post", "/v1/rewards"),
+            ("post", "/get_reward"),
+        ]:
             r = getattr(anon, method)(path, **({"json": SET} if method == "post" else {}))
             assert r.status_code == 401 and r.json()["error"] == "unauthorized", path
     with served.client("wrong-token-wrong-token-wrong") as bad:
@@ -93,6 +102,7 @@ def test_probes_are_open_and_everything_else_needs_the_token(served):
 
 
 # -- /v1/score-set -----------------------------------------------------------------------------------------------------
+
 
 def test_score_set_returns_rubric_verdicts_eq12_scores_and_r_disc(client, served):
     r = client.post("/v1/score-set", json={**SET, "request_id": "set-1", "rubric_rollouts": 2})
@@ -145,12 +155,15 @@ def test_bad_score_set_bodies_get_422_naming_the_field_and_write_nothing(client,
     assert _parts(served) == before
 
 
-@pytest.mark.parametrize("body,field", [
-    ({"group_id": "g", "group_size": 1, "prompt": "p", "response": "r", "request_id": "x"}, "group_size"),
-    ({"group_id": "g", "group_size": 2, "prompt": "p", "response": "r"}, "request_id"),
-    ({"group_id": "g", "group_size": "2", "prompt": "p", "response": "r", "request_id": "x"}, "group_size"),
-    ({"group_id": "", "group_size": 2, "prompt": "p", "response": "r", "request_id": "x"}, "group_id"),
-])
+@pytest.mark.parametrize(
+    "body,field",
+    [
+        ({"group_id": "g", "group_size": 1, "prompt": "p", "response": "r", "request_id": "x"}, "group_size"),
+        ({"group_id": "g", "group_size": 2, "prompt": "p", "response": "r"}, "request_id"),
+        ({"group_id": "g", "group_size": "2", "prompt": "p", "response": "r", "request_id": "x"}, "group_size"),
+        ({"group_id": "", "group_size": 2, "prompt": "p", "response": "r", "request_id": "x"}, "group_id"),
+    ],
+)
 def test_bad_reward_bodies_get_422(client, served, body, field):
     before = _parts(served)
     r = client.post("/v1/rewards", json=body)
@@ -161,16 +174,25 @@ def test_bad_reward_bodies_get_422(client, served, body, field):
 def test_an_oversized_body_gets_413_and_writes_nothing(client, served):
     before = _parts(served)
     r = client.post("/v1/score-set", json={"prompt": "p", "responses": ["x" * 600_000, "y" * 600_000]})
-    assert r.status_code == 413 and r.json() == {"error": "body_too_large", "field": "body",
-                                                 "detail": r.json()["detail"]}
+    assert r.status_code == 413 and r.json() == {
+        "error": "body_too_large",
+        "field": "body",
+        "detail": r.json()["detail"],
+    }
     assert "1048576" in r.json()["detail"] and _parts(served) == before
 
 
 # -- /v1/rewards: groups ---------------------------------------------------------------------------------------------
 
+
 def _member(gid: str, i: int, size: int = 3, prompt: str = "Name a fruit.") -> dict:
-    return {"group_id": gid, "group_size": size, "prompt": prompt, "response": f"answer {i}: apple {i * 7}",
-            "request_id": f"{gid}-m{i}"}
+    return {
+        "group_id": gid,
+        "group_size": size,
+        "prompt": prompt,
+        "response": f"answer {i}: apple {i * 7}",
+        "request_id": f"{gid}-m{i}",
+    }
 
 
 def test_members_are_held_until_the_group_is_complete_and_scored_once(client, served):
@@ -223,13 +245,17 @@ def test_an_incomplete_group_times_out_with_an_explicit_error(client, served):
 
 # -- /get_reward: OpenRLHF's --remote_rm_url -------------------------------------------------------------------------
 
+
 def test_openrlhf_remote_rm_shape(client, served):
     # OpenRLHF's remote_rm_fn posts {"query": prompt+response texts, "prompts": [...], "labels": [...]} and reads
     # "rewards" (and "scores", "extra_logs") back (openrlhf/utils/remote_rm_utils.py)
     prompts = ["<|user|>Say hi.<|assistant|>", "<|user|>Count to two.<|assistant|>"]
     responses = ["Hi!", "Hello there.", "1 2", "one, two"]
-    body = {"query": [prompts[i // 2] + r for i, r in enumerate(responses)], "prompts": [prompts[i // 2] for i in range(4)],
-            "labels": ["", "", "", ""]}
+    body = {
+        "query": [prompts[i // 2] + r for i, r in enumerate(responses)],
+        "prompts": [prompts[i // 2] for i in range(4)],
+        "labels": ["", "", "", ""],
+    }
     r = client.post("/get_reward", json=body)
     assert r.status_code == 200, r.text
     out = r.json()
@@ -246,6 +272,7 @@ def test_openrlhf_remote_rm_shape(client, served):
 
 # -- engine failure --------------------------------------------------------------------------------------------------
 
+
 def test_an_engine_failure_is_503_counted_and_writes_nothing(client, served, scripted):
     before, failures = _parts(served), _metric(client, "dr_engine_failures_total")
     scripted.fail_next(1000, status=500)
@@ -260,21 +287,46 @@ def test_an_engine_failure_is_503_counted_and_writes_nothing(client, served, scr
 def test_metrics_are_prometheus_text(client):
     assert client.post("/v1/score-set", json={**SET, "request_id": "for-metrics"}).status_code == 200
     text = client.get("/metrics").text
-    for name in ("dr_requests_total", "dr_request_seconds_bucket", "dr_batch_sets_count", "dr_queue_depth",
-                 "dr_open_groups", "dr_unscorable_total", "dr_group_timeouts_total", "dr_engine_failures_total",
-                 "dr_stage_seconds_total{stage=\"verification\"}"):
+    for name in (
+        "dr_requests_total",
+        "dr_request_seconds_bucket",
+        "dr_batch_sets_count",
+        "dr_queue_depth",
+        "dr_open_groups",
+        "dr_unscorable_total",
+        "dr_group_timeouts_total",
+        "dr_engine_failures_total",
+        'dr_stage_seconds_total{stage="verification"}',
+    ):
         assert name in text, name
-    assert '# TYPE dr_request_seconds histogram' in text
+    assert "# TYPE dr_request_seconds histogram" in text
     assert 'dr_requests_total{route="/v1/score-set",status="200"}' in text
 
 
 def test_why_reward_query_explains_a_reward(client, served):
     with ThreadPoolExecutor(2) as pool:
-        answers = list(pool.map(lambda i: client.post("/v1/rewards", json=_member("grp-why", i, size=2)).json(),
-                                (0, 1)))
-    out = subprocess.run([sys.executable, "-m", "cli.main", "query", "why_reward", "--store", str(served.store),
-                          "-p", "request_id=grp-why-m1", "--format", "json"], capture_output=True, text=True,
-                         cwd=ROOT, timeout=120)
+        answers = list(
+            pool.map(lambda i: client.post("/v1/rewards", json=_member("grp-why", i, size=2)).json(), (0, 1))
+        )
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cli.main",
+            "query",
+            "why_reward",
+            "--store",
+            str(served.store),
+            "-p",
+            "request_id=grp-why-m1",
+            "--format",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     rows = json.loads(out.stdout)
     assert rows and {r["request_id"] for r in rows} == {"grp-why-m1"}
@@ -287,14 +339,22 @@ def test_why_reward_query_explains_a_reward(client, served):
 
 # -- load --------------------------------------------------------------------------------------------------------------
 
+
 @pytest.mark.slow
 def test_16_concurrent_clients_200_requests_each_answered_once(scripted, tmp_path):
     """50 groups of 4 members (/v1/rewards) plus 8 duplicates, from 16 threads, bounded at 240 s."""
     scripted.reset()
-    srv = ServeProcess(tmp_path, store=tmp_path / "store", engines=engines_file(tmp_path / "e.yaml", scripted.base_url),
-                       args=("--group-timeout", "120"))
-    bodies = [_member(f"load-{g}", i, size=4, prompt=f"Prompt number {g}: name a colour.") for g in range(50)
-              for i in range(4)]
+    srv = ServeProcess(
+        tmp_path,
+        store=tmp_path / "store",
+        engines=engines_file(tmp_path / "e.yaml", scripted.base_url),
+        args=("--group-timeout", "120"),
+    )
+    bodies = [
+        _member(f"load-{g}", i, size=4, prompt=f"Prompt number {g}: name a colour.")
+        for g in range(50)
+        for i in range(4)
+    ]
     dup = bodies[3::25]  # 8 members sent twice
     work: queue.Queue = queue.Queue()
     for b in bodies + dup:
@@ -339,7 +399,8 @@ def test_16_concurrent_clients_200_requests_each_answered_once(scripted, tmp_pat
     assert 1 <= batches <= 50
 
 
-# -- kill mid-batch, restart --------------------------------------------------------------------------------------------
+# -- kill mid-batch, restart -------------------------------------------------------------------------------------------
+
 
 @pytest.mark.slow
 def test_killed_mid_batch_then_restarted_retries_succeed_and_no_row_is_duplicated(scripted, tmp_path):
@@ -355,24 +416,30 @@ def test_killed_mid_batch_then_restarted_retries_succeed_and_no_row_is_duplicate
 
     def retrying_client():
         with httpx.Client(timeout=60) as c:
-            result["answer"] = _post(c, f"{srv.url}/v1/score-set", {**SET, "responses": ["A", "B"],
-                                                                     "request_id": "during-kill"}, {}, 8)
+            result["answer"] = _post(
+                c, f"{srv.url}/v1/score-set", {**SET, "responses": ["A", "B"], "request_id": "during-kill"}, {}, 8
+            )
 
     t = threading.Thread(target=retrying_client)
     t.start()
     srv.proc.wait(60)
     assert srv.proc.returncode == -9  # SIGKILL from the fault point
     store = Store.from_url(str(store_dir))
-    orphans = [u for u in store.parts("samples", run_id="service", round=0)
-               if u.rsplit("/", 1)[1] not in {p.rsplit("/", 1)[1] for p in store.parts("requests", run_id="service", round=0)}]
+    orphans = [
+        u
+        for u in store.parts("samples", run_id="service", round=0)
+        if u.rsplit("/", 1)[1] not in {p.rsplit("/", 1)[1] for p in store.parts("requests", run_id="service", round=0)}
+    ]
     assert len(orphans) == 1  # the killed batch's samples part, never committed
     srv.start()  # no fault: the sweep removes the killed batch's parts, the client's retry gets through
     t.join(120)
     assert not t.is_alive() and result["answer"]["request_id"] == "during-kill"
     with srv.client() as c:
         assert c.post("/v1/score-set", json=body).json() == done_before  # answered by the first process
-        assert c.post("/v1/score-set", json={**SET, "responses": ["A", "B"], "request_id": "during-kill"}).json() \
+        assert (
+            c.post("/v1/score-set", json={**SET, "responses": ["A", "B"], "request_id": "during-kill"}).json()
             == result["answer"]
+        )
     assert srv.stop() == 0  # SIGTERM: a clean shutdown
     assert "removed" in srv.logs() and "did not commit" in srv.logs()
     samples = store.read_table("samples", run_id="service", round=0)
@@ -381,15 +448,18 @@ def test_killed_mid_batch_then_restarted_retries_succeed_and_no_row_is_duplicate
     req = store.read_table("requests", run_id="service", round=0)
     assert sorted(req.column("request_id").to_pylist()) == ["before-kill", "during-kill"]
     sid = result["answer"]["set_id"]
-    assert pc.sum(pc.equal(store.read_table("rubrics", run_id="service", round=0).column("set_id"), sid)).as_py() \
-        == len(result["answer"]["rubrics"][0]["rubric"])
+    assert pc.sum(
+        pc.equal(store.read_table("rubrics", run_id="service", round=0).column("set_id"), sid)
+    ).as_py() == len(result["answer"]["rubrics"][0]["rubric"])
 
 
 # -- bad start-up input: one line, exit 2, before any engine loads ---------------------------------------------------
 
+
 def _serve(*args, timeout=60):
-    return subprocess.run([sys.executable, "-m", "cli.main", "serve", *args], capture_output=True, text=True,
-                          cwd=ROOT, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "cli.main", "serve", *args], capture_output=True, text=True, cwd=ROOT, timeout=timeout
+    )
 
 
 def test_bad_start_up_input_is_one_line_and_exit_2(tmp_path, scripted):
@@ -397,8 +467,9 @@ def test_bad_start_up_input_is_one_line_and_exit_2(tmp_path, scripted):
     short.write_text("abc\n")
     bad_yaml = tmp_path / "bad.yaml"
     bad_yaml.write_text("generator: {kind: nonsense}\n")
-    busy = ServeProcess(tmp_path, store=tmp_path / "busy-store",
-                        engines=engines_file(tmp_path / "e.yaml", scripted.base_url))
+    busy = ServeProcess(
+        tmp_path, store=tmp_path / "busy-store", engines=engines_file(tmp_path / "e.yaml", scripted.base_url)
+    )
     cases = [
         (("--token-file", str(tmp_path / "missing")), "cannot read the token file"),
         (("--token-file", str(short)), "shorter than 16 characters"),

@@ -21,8 +21,9 @@ from dr_core.service.settings import ServiceSettings
 from dr_core.store.artifacts import Store, StoreError
 from tests import fakes
 
-RUBRIC = json.dumps({"rubrics": [{"criterion": "Names a fruit.", "weight": 3},
-                                 {"criterion": "Is one word.", "weight": 1}]})
+RUBRIC = json.dumps(
+    {"rubrics": [{"criterion": "Names a fruit.", "weight": 3}, {"criterion": "Is one word.", "weight": 1}]}
+)
 
 
 def _engine():
@@ -34,6 +35,7 @@ def _member(rid: str, index=None, group=None) -> Member:
 
 
 # -- request checks ----------------------------------------------------------------------------------------------
+
 
 def test_limits_name_the_field():
     s = ServiceSettings(max_text_chars=10, max_responses=2, max_body_bytes=2048)
@@ -47,8 +49,11 @@ def test_limits_name_the_field():
         parse(ScoreSet, b" " * 3000, s)
     assert e.value.field == "body" and e.value.status == 413
     with pytest.raises(BadRequest) as e:
-        parse(RewardMember, json.dumps({"group_id": "g", "group_size": 3, "prompt": "p", "response": "r",
-                                        "request_id": "r1"}).encode(), s)
+        parse(
+            RewardMember,
+            json.dumps({"group_id": "g", "group_size": 3, "prompt": "p", "response": "r", "request_id": "r1"}).encode(),
+            s,
+        )
     assert e.value.field == "group_size"  # larger than max_responses
 
 
@@ -56,12 +61,16 @@ def test_openrlhf_pairs_strip_the_prompt_prefix():
     b = OpenRLHFBatch(query=["<u>hi<a>hello", "unrelated"], prompts=["<u>hi<a>", "<u>x<a>"], labels=["", ""])
     assert b.pairs() == [("<u>hi<a>", "hello"), ("<u>x<a>", "unrelated")]
     with pytest.raises(BadRequest) as e:
-        parse(OpenRLHFBatch, json.dumps({"query": ["a"], "prompts": ["a"], "labels": ["x", "y"]}).encode(),
-              ServiceSettings())
+        parse(
+            OpenRLHFBatch,
+            json.dumps({"query": ["a"], "prompts": ["a"], "labels": ["x", "y"]}).encode(),
+            ServiceSettings(),
+        )
     assert e.value.field == "labels"
 
 
 # -- groups --------------------------------------------------------------------------------------------------------
+
 
 def _run(coro):
     return asyncio.run(coro)
@@ -70,8 +79,9 @@ def _run(coro):
 def test_a_group_completes_once_and_duplicates_share_its_answer():
     async def main():
         completed = []
-        col = GroupCollector(lambda g: (completed.append(g), g.future.set_result({"n": len(g.members)})),
-                             timeout_s=5, max_open=4)
+        col = GroupCollector(
+            lambda g: (completed.append(g), g.future.set_result({"n": len(g.members)})), timeout_s=5, max_open=4
+        )
         f0 = col.join("g", 3, "p", "a", _member("m0", group="g"))
         f0b = col.join("g", 3, "p", "a", _member("m0", group="g"))  # the same member again
         assert f0b is f0 and not completed and len(col.open["g"].members) == 1
@@ -79,6 +89,7 @@ def test_a_group_completes_once_and_duplicates_share_its_answer():
         f2 = col.join("g", 3, "p", "c", _member("m2", group="g"))
         assert len(completed) == 1 and [r for r, _ in completed[0].members.values()] == ["a", "b", "c"]
         assert await f2 == {"n": 3} and await f0 == {"n": 3} and "g" not in col.open
+
     _run(main())
 
 
@@ -86,9 +97,11 @@ def test_disagreeing_members_are_refused_and_change_nothing():
     async def main():
         col = GroupCollector(lambda g: None, timeout_s=5, max_open=1, scored=lambda gid: gid == "done")
         col.join("g", 2, "p", "a", _member("m0", group="g"))
-        for args, field in [(("g", 3, "p", "b", _member("m1", group="g")), "group_size"),
-                            (("g", 2, "q", "b", _member("m1", group="g")), "prompt"),
-                            (("done", 2, "p", "b", _member("m9", group="done")), "group_id")]:
+        for args, field in [
+            (("g", 3, "p", "b", _member("m1", group="g")), "group_size"),
+            (("g", 2, "q", "b", _member("m1", group="g")), "prompt"),
+            (("done", 2, "p", "b", _member("m9", group="done")), "group_id"),
+        ]:
             with pytest.raises(BadRequest) as e:
                 col.join(*args)
             assert e.value.field == field
@@ -98,6 +111,7 @@ def test_disagreeing_members_are_refused_and_change_nothing():
         assert e.value.field == "request_id" and len(col.open["g"].members) == 1
         with pytest.raises(TooManyGroups):
             col.join("h", 2, "p", "a", _member("n0", group="h"))
+
     _run(main())
 
 
@@ -112,10 +126,12 @@ def test_an_incomplete_group_fails_every_member_after_the_timeout():
         # forgotten: the same ids may form the group again
         col.join("g", 3, "p", "a", _member("m0", group="g"))
         assert len(col.open["g"].members) == 1
+
     _run(main())
 
 
 # -- scoring and batching ------------------------------------------------------------------------------------------
+
 
 def test_a_sets_order_shown_to_the_generator_does_not_depend_on_its_batch():
     job = SetJob("set:a", "Name a fruit.", ("apple", "rock", "pear", "banana"), 1, 7, [_member("a")])
@@ -142,7 +158,9 @@ def test_set_ids_are_stable_non_negative_int64():
 def test_a_failed_batch_fails_every_future_with_unavailable():
     def boom(jobs):
         from dr_core.engines.base import EngineError
+
         raise EngineError("server down")
+
     seen = []
     b = Batcher(boom, lambda s: {}, batch_wait_s=0.0, on_batch=lambda n, s, e: seen.append(e)).start()
     try:
@@ -157,6 +175,7 @@ def test_a_failed_batch_fails_every_future_with_unavailable():
 
 
 # -- ledger: commit protocol on a real local store -------------------------------------------------------------------
+
 
 def _scored(keys=("set:a",)):
     jobs = [SetJob(k, "Name a fruit.", ("apple", "rock"), 1, 0, [_member(k.split(":")[1])]) for k in keys]
@@ -184,14 +203,20 @@ def test_open_sweeps_batches_that_never_committed(tmp_path, monkeypatch):
     monkeypatch.delenv("DR_FAULT")
     # the failed commit removed what it wrote; an orphan left by a killed process is swept at the next open
     assert len(store.parts("samples", run_id="svc", round=0)) == 1 and led.get("b") is None
-    orphan = store.write("samples", [{"stage": "service", "set_id": 9, "prompt_id": "p", "response_idx": 0,
-                                      "policy_ckpt": "x", "response": "r"}], part="b-killed", run_id="svc", round=0)
+    orphan = store.write(
+        "samples",
+        [{"stage": "service", "set_id": 9, "prompt_id": "p", "response_idx": 0, "policy_ckpt": "x", "response": "r"}],
+        part="b-killed",
+        run_id="svc",
+        round=0,
+    )
     reopened = Ledger(store, "svc").open()
     assert reopened.swept == [orphan] and not store.exists(orphan)
     assert reopened.get("a") is not None and reopened.get("b") is None
 
 
 # -- metrics and clients ---------------------------------------------------------------------------------------------
+
 
 def test_metrics_text_has_cumulative_buckets_and_escaped_labels():
     m = Metrics()
@@ -222,8 +247,13 @@ def test_the_clients_load_only_httpx():
     import subprocess
     import sys
 
-    code = ("import sys, dr_core.service.clients\n"
-            "print(' '.join(sorted({m.split('.')[0] for m in sys.modules} | {m for m in sys.modules if m.startswith('dr_core')})))")
-    loaded = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split())
+    code = (
+        "import sys, dr_core.service.clients\n"
+        "mods = {m.split('.')[0] for m in sys.modules} | {m for m in sys.modules if m.startswith('dr_core')}\n"
+        "print(' '.join(sorted(mods)))"
+    )
+    loaded = set(
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    )
     assert {m for m in loaded if m.startswith("dr_core.")} == {"dr_core.service", "dr_core.service.clients"}
     assert not loaded & {"torch", "trl", "vllm", "pydantic", "numpy", "fastapi", "pyarrow"}

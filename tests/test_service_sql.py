@@ -14,9 +14,15 @@ from dr_core.store import sql
 from dr_core.store.artifacts import Store
 from tests import fakes
 
-RUBRIC = json.dumps({"rubrics": [{"criterion": "Names a fruit.", "weight": 3},
-                                 {"criterion": "Is one word.", "weight": 1},
-                                 {"criterion": "Is polite.", "weight": 2}]})
+RUBRIC = json.dumps(
+    {
+        "rubrics": [
+            {"criterion": "Names a fruit.", "weight": 3},
+            {"criterion": "Is one word.", "weight": 1},
+            {"criterion": "Is polite.", "weight": 2},
+        ]
+    }
+)
 
 
 def _now():
@@ -28,8 +34,14 @@ def test_why_reward_lists_items_verdicts_and_scores_of_one_request(tmp_path):
     led = Ledger(store, "service").open()
     eng = fakes.FakeEngine(RUBRIC, verdict=fakes.hashed_verdict)
     responses = ("apple", "a grey rock, sorry", "pear please")
-    group = SetJob("group:g", "Name a fruit.", responses, 2, 0,
-                   [Member(f"g-{k}", "rewards", "fp", _now(), k, "g") for k in range(3)])
+    group = SetJob(
+        "group:g",
+        "Name a fruit.",
+        responses,
+        2,
+        0,
+        [Member(f"g-{k}", "rewards", "fp", _now(), k, "g") for k in range(3)],
+    )
     whole = SetJob("set:s", "Say hi.", ("hi", "hello there"), 1, 0, [Member("s-1", "score-set", "fp", _now())])
     answers = led.commit(score_jobs(eng, eng, [group, whole]), "gen", "ver")
     con = store.connect()

@@ -15,8 +15,12 @@ from tests.serve_proc import ServeProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
-PROMPTS = ["Give one tip for sleeping better.", "Name a healthy breakfast.", "How do I boil an egg?",
-           "Suggest a name for a cat."]
+PROMPTS = [
+    "Give one tip for sleeping better.",
+    "Name a healthy breakfast.",
+    "How do I boil an egg?",
+    "Suggest a name for a cat.",
+]
 
 
 def test_trl_grpo_trains_two_steps_on_rewards_from_dr_serve(default_model_dir, tiny_llama_dir, tmp_path):
@@ -34,12 +38,26 @@ def test_trl_grpo_trains_two_steps_on_rewards_from_dr_serve(default_model_dir, t
         before = {k: v.clone() for k, v in model.state_dict().items()}
         rows = [{"prompt": p, "group_id": f"prompt-{i}"} for i, p in enumerate(PROMPTS)]
         # 2 prompts x 4 completions a step: the reward call sends its 2 groups concurrently, as 2 whole sets
-        args = GRPOConfig(output_dir=str(tmp_path / "ckpt"), max_steps=2, num_generations=4,
-                          per_device_train_batch_size=8, gradient_accumulation_steps=1, max_completion_length=12,
-                          learning_rate=1e-3, beta=0.0, logging_steps=1, save_strategy="no", report_to="none",
-                          disable_tqdm=True, use_cpu=True, dataloader_pin_memory=False, seed=0)
-        trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=args, train_dataset=Dataset.from_list(rows),
-                              processing_class=tok)
+        args = GRPOConfig(
+            output_dir=str(tmp_path / "ckpt"),
+            max_steps=2,
+            num_generations=4,
+            per_device_train_batch_size=8,
+            gradient_accumulation_steps=1,
+            max_completion_length=12,
+            learning_rate=1e-3,
+            beta=0.0,
+            logging_steps=1,
+            save_strategy="no",
+            report_to="none",
+            disable_tqdm=True,
+            use_cpu=True,
+            dataloader_pin_memory=False,
+            seed=0,
+        )
+        trainer = GRPOTrainer(
+            model=model, reward_funcs=[reward], args=args, train_dataset=Dataset.from_list(rows), processing_class=tok
+        )
         trainer.train()
         with srv.client() as c:
             metrics = c.get("/metrics").text
@@ -56,7 +74,9 @@ def test_trl_grpo_trains_two_steps_on_rewards_from_dr_serve(default_model_dir, t
         by_step.setdefault(r["request_id"].split("-")[2], []).extend(json.loads(r["answer_json"])["scores"])
     served = [[x for x in by_step[f"s{step}"] if x is not None] for step in (0, 1)]
     for h, scores in zip(logged, served):
-        assert h["reward"] == pytest.approx(sum(scores) / len(scores), abs=1e-4) if scores else h["reward"] != h["reward"]
+        assert (
+            h["reward"] == pytest.approx(sum(scores) / len(scores), abs=1e-4) if scores else h["reward"] != h["reward"]
+        )
     assert 'dr_requests_total{route="/v1/score-set",status="200"} 4' in metrics
     moved = any((before[k] != v).any() for k, v in trainer.model.state_dict().items())
     if any(h["reward_std"] > 0 for h in logged):

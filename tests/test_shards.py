@@ -59,8 +59,11 @@ def test_merge_checks_row_counts_and_set_ranges():
 def test_add_costs_sums_numbers_and_nested_counters():
     a = {"requests": 2, "seconds": 1.5, "endpoints": {"u1": {"requests": 2, "marked_down": 0}}}
     b = {"requests": 3, "seconds": 0.5, "endpoints": {"u1": {"requests": 1, "marked_down": 1}, "u2": {"requests": 2}}}
-    assert shards.add_costs([a, None, b]) == {"requests": 5, "seconds": 2.0, "endpoints": {
-        "u1": {"requests": 3, "marked_down": 1}, "u2": {"requests": 2}}}
+    assert shards.add_costs([a, None, b]) == {
+        "requests": 5,
+        "seconds": 2.0,
+        "endpoints": {"u1": {"requests": 3, "marked_down": 1}, "u2": {"requests": 2}},
+    }
     assert shards.add_costs([None]) is None
 
 
@@ -118,7 +121,8 @@ def test_sharded_round_writes_the_unsharded_rows(prefect_harness, monkeypatch, t
     assert three["steps"]["score"]["state"] == "Cached"
     assert one["summary"] == three["summary"]
     assert {f"{step}/shard-{i}" for step in ("sample", "generate-rubrics", "verify") for i in range(3)} <= set(
-        three["steps"])
+        three["steps"]
+    )
     assert three["artifacts"]["rubrics"]["cost"]["requests"] == one["artifacts"]["rubrics"]["cost"]["requests"]
     samples = s.read(three["artifacts"]["samples"]["uri"]).to_pylist()
     prompts = {p["prompt_id"]: p["prompt"] for p in s.read(three["artifacts"]["prompts"]["uri"]).to_pylist()}
@@ -139,8 +143,9 @@ def test_merge_refuses_a_missing_or_changed_shard(monkeypatch, tmp_path):
     serve(monkeypatch, cfg.engines, prompt_engine())
     store = str(tmp_path / "store")
     inputs = round_tasks.select_inputs.fn(cfg, store)
-    parts = [round_tasks.sample_shard.fn(cfg, inputs["prompts"], "p@0", store, "r", 1, "measure", i, 2)
-             for i in range(2)]
+    parts = [
+        round_tasks.sample_shard.fn(cfg, inputs["prompts"], "p@0", store, "r", 1, "measure", i, 2) for i in range(2)
+    ]
     merged = round_tasks.merge_shards.fn("samples", parts, 2, store, "r", 1, "measure-samples")
     assert merged["rows"] == 5 * 2 and merged["uri"].endswith("/samples/run_id=r/round=1/measure-samples.parquet")
     with pytest.raises(ShardError, match=r"shard \[1\] of 2 missing"):

@@ -95,8 +95,13 @@ def test_dr_sql_reads_nothing_outside_the_store(local_store, tmp_path, monkeypat
 def test_reads_inside_the_store_still_work(local_store):
     res = dr("sql", "SELECT count(*) AS n FROM anchors", "--store", local_store, "--format", "json")
     assert res.exit_code == 0 and json.loads(res.output) == [{"n": 528}]
-    for ok in ("EXPLAIN SELECT * FROM anchors", "DESCRIBE anchors", "SUMMARIZE anchors",
-               "WITH a AS (FROM anchors) SELECT count(*) FROM a", f"SELECT count(*) FROM glob('{local_store}/**')"):
+    for ok in (
+        "EXPLAIN SELECT * FROM anchors",
+        "DESCRIBE anchors",
+        "SUMMARIZE anchors",
+        "WITH a AS (FROM anchors) SELECT count(*) FROM a",
+        f"SELECT count(*) FROM glob('{local_store}/**')",
+    ):
         assert dr("sql", ok, "--store", local_store).exit_code == 0, ok
     res = dr("query", "anchor_filter", "--store", local_store, "--format", "json")
     assert res.exit_code == 0 and len(json.loads(res.output)) > 0
@@ -106,12 +111,21 @@ def test_the_connection_is_confined_without_the_statement_check(local_store, tmp
     """DuckDB's configuration alone holds: the wall under `dr query` and the report's queries."""
     con = Store.from_url(str(local_store)).connect()
     assert con.sql("SELECT count(*) FROM anchors").fetchall() == [(528,)]
-    for statement in (f"COPY (SELECT 1) TO '{tmp_path / 'x.csv'}'", "SELECT * FROM read_text('/etc/passwd')",
-                      f"ATTACH '{tmp_path / 'x.db'}'", "INSTALL httpfs", "LOAD httpfs"):
+    for statement in (
+        f"COPY (SELECT 1) TO '{tmp_path / 'x.csv'}'",
+        "SELECT * FROM read_text('/etc/passwd')",
+        f"ATTACH '{tmp_path / 'x.db'}'",
+        "INSTALL httpfs",
+        "LOAD httpfs",
+    ):
         with pytest.raises(duckdb.Error, match="disabled|Permission"):
             con.execute(statement)
-    for statement in ("SET enable_external_access = true", "SET allowed_directories = ['/']",
-                      "RESET lock_configuration", "SET autoload_known_extensions = true"):
+    for statement in (
+        "SET enable_external_access = true",
+        "SET allowed_directories = ['/']",
+        "RESET lock_configuration",
+        "SET autoload_known_extensions = true",
+    ):
         with pytest.raises(duckdb.Error, match="locked"):
             con.execute(statement)
     assert not list(tmp_path.glob("x.*"))
@@ -129,9 +143,11 @@ def test_confinement_on_a_real_s3_store(s3_server, monkeypatch, tmp_path):
     assert res.exit_code == 0 and json.loads(res.output) == [{"n": 528}]
     store = Store.from_url(url)
     before = sorted(store.fs.find(store.root))
-    for statement in (f"SELECT count(*) FROM read_parquet('{other}/anchors/**/*.parquet')",
-                      f"EXPLAIN ANALYZE COPY (SELECT 1 AS x) TO '{url}/anchors/evil.csv'",
-                      "SELECT * FROM read_text('/etc/passwd')"):
+    for statement in (
+        f"SELECT count(*) FROM read_parquet('{other}/anchors/**/*.parquet')",
+        f"EXPLAIN ANALYZE COPY (SELECT 1 AS x) TO '{url}/anchors/evil.csv'",
+        "SELECT * FROM read_text('/etc/passwd')",
+    ):
         res = dr("sql", statement, "--store", url)
         assert res.exit_code == 2, (statement, res.output)
     con = store.connect()
@@ -154,21 +170,29 @@ def test_markup_in_user_text_is_printed_verbatim(tmp_path):
 
 
 def test_json_output_is_valid_json_with_nan_and_infinity(local_store):
-    res = dr("sql", "SELECT 'nan'::DOUBLE AS a, 'inf'::DOUBLE AS b, 1.5 AS c", "--store", local_store,
-             "--format", "json")
+    res = dr(
+        "sql", "SELECT 'nan'::DOUBLE AS a, 'inf'::DOUBLE AS b, 1.5 AS c", "--store", local_store, "--format", "json"
+    )
     assert res.exit_code == 0
-    assert json.loads(res.output, parse_constant=lambda t: pytest.fail(f"invalid JSON token {t}")) == \
-        [{"a": None, "b": None, "c": 1.5}]
+    assert json.loads(res.output, parse_constant=lambda t: pytest.fail(f"invalid JSON token {t}")) == [
+        {"a": None, "b": None, "c": 1.5}
+    ]
 
 
 def test_reading_commands_refuse_a_store_that_does_not_exist(tmp_path, local_store):
     (tmp_path / "a-file").write_text("x")
-    for store, message in ((tmp_path / "nope", "does not exist"), (tmp_path / "a-file", "is a file"),
-                           (tmp_path / "empty", "is empty")):
+    for store, message in (
+        (tmp_path / "nope", "does not exist"),
+        (tmp_path / "a-file", "is a file"),
+        (tmp_path / "empty", "is empty"),
+    ):
         if message == "is empty":
             store.mkdir()
-        for args in (("sql", "SELECT 1"), ("query", "anchor_filter"),
-                     ("report", "--run-id", "demo", "--out", tmp_path / "rep")):
+        for args in (
+            ("sql", "SELECT 1"),
+            ("query", "anchor_filter"),
+            ("report", "--run-id", "demo", "--out", tmp_path / "rep"),
+        ):
             res = dr(*args, "--store", store)
             assert res.exit_code == 2 and message in res.output, (args, res.output)
     assert not (tmp_path / "rep").exists()

@@ -14,24 +14,40 @@ MODEL_STEPS = ["generate-rubrics", "verify"]
 
 @pytest.fixture()
 def run_store(tmp_path, micro_round, default_model_dir, vllm_engine):
-    from dr_core.constants import COMPLETE_MARKER
-    from dr_core.store import checkpoints
-    from dr_core.runs import round_steps as pipeline
     from dr_core.config import DEFAULT_MODEL
+    from dr_core.constants import COMPLETE_MARKER
+    from dr_core.runs import round_steps as pipeline
+    from dr_core.store import checkpoints
     from dr_core.store.artifacts import Store
     from flows.steps import with_models
     from tasks.runtime import adopt_engine
 
     s = Store.from_url(str(tmp_path / "store"))
     prompt_rows, _ = pipeline.select_inputs(micro_round)
-    s.write("samples", [dict(stage="measure", set_id=i, prompt_id=p["prompt_id"], response_idx=j, policy_ckpt="P0",
-                             response=text, prompt_tokens=None, response_tokens=None)
-                        for i, p in enumerate(prompt_rows)
-                        for j, text in enumerate(["A short answer.", "A longer answer that explains the steps, "
-                                                                     "gives an example and a caveat."])],
-            part="measure-samples", run_id="sf", round=0)
+    s.write(
+        "samples",
+        [
+            dict(
+                stage="measure",
+                set_id=i,
+                prompt_id=p["prompt_id"],
+                response_idx=j,
+                policy_ckpt="P0",
+                response=text,
+                prompt_tokens=None,
+                response_tokens=None,
+            )
+            for i, p in enumerate(prompt_rows)
+            for j, text in enumerate(
+                ["A short answer.", "A longer answer that explains the steps, gives an example and a caveat."]
+            )
+        ],
+        part="measure-samples",
+        run_id="sf",
+        round=0,
+    )
     uri = checkpoints.checkpoint_uri(s, "sf", 1, "generator")
-    local = tmp_path / "store" / uri[len(s.url) + 1:]
+    local = tmp_path / "store" / uri[len(s.url) + 1 :]
     local.mkdir(parents=True)
     for f in default_model_dir.iterdir():
         if f.is_file() and f.name != COMPLETE_MARKER:
@@ -50,16 +66,20 @@ def test_stale_and_fresh_score_the_same_sets(prefect_harness, micro_round, run_s
     params = StaleFreshParams(store=run_store.url, run_id="sf", config=micro_round)
     first = stale_fresh_flow(params)
     assert first["round"] == 1 and first["sets"]["stage"] == "measure" and first["sets"]["round"] == 0
-    assert all(first["steps"][f"{st}/{name}"]["state"] == "Completed" for st in ("stale", "fresh")
-               for name in MODEL_STEPS)
+    assert all(
+        first["steps"][f"{st}/{name}"]["state"] == "Completed" for st in ("stale", "fresh") for name in MODEL_STEPS
+    )
     con = run_store.connect()
     per_stage = dict(con.sql("SELECT stage, count(*) FROM samples WHERE round = 1 GROUP BY stage").fetchall())
     assert per_stage == {"stale": 4, "fresh": 4}
     # same responses under both stages, rubrics from two different generator checkpoints
-    texts = con.sql("SELECT stage, list(response ORDER BY set_id, response_idx) FROM samples WHERE round = 1 "
-                    "GROUP BY stage").fetchall()
+    texts = con.sql(
+        "SELECT stage, list(response ORDER BY set_id, response_idx) FROM samples WHERE round = 1 GROUP BY stage"
+    ).fetchall()
     assert texts[0][1] == texts[1][1]
-    gens = dict(con.sql("SELECT stage, any_value(generator_ckpt) FROM rubrics WHERE round = 1 GROUP BY stage").fetchall())
+    gens = dict(
+        con.sql("SELECT stage, any_value(generator_ckpt) FROM rubrics WHERE round = 1 GROUP BY stage").fetchall()
+    )
     assert gens["stale"] != gens["fresh"] and gens["fresh"].startswith("generator@")
     for table in ("verdicts", "scores", "rewards"):
         got = {r[0] for r in con.sql(f"SELECT DISTINCT stage FROM {table} WHERE round = 1").fetchall()}

@@ -11,15 +11,20 @@ from dr_core.store.artifacts import S3Options, Store, StoreError
 
 
 def _verdicts(n=4, verdict=True):
-    return [dict(stage="generator", set_id=i, rollout=0, item=0, target="C", response=i, verdict=verdict,
-                 verifier="v") for i in range(n)]
+    return [
+        dict(stage="generator", set_id=i, rollout=0, item=0, target="C", response=i, verdict=verdict, verifier="v")
+        for i in range(n)
+    ]
 
 
 def test_write_read_layout(store_url):
     store = Store.from_url(store_url)
     uri = store.write("verdicts", _verdicts(), part="verify", run_id="r1", round=2)
-    assert uri == f"{store.url}/verdicts/run_id=r1/round=2/verify.parquet" == store.uri_for(
-        "verdicts", part="verify", run_id="r1", round=2)
+    assert (
+        uri
+        == f"{store.url}/verdicts/run_id=r1/round=2/verify.parquet"
+        == store.uri_for("verdicts", part="verify", run_id="r1", round=2)
+    )
     assert store.exists(uri) and not store.exists(store.uri_for("verdicts", part="other", run_id="r1", round=2))
     t = store.read(uri)
     assert t.schema == schemas.TABLES["verdicts"].schema
@@ -92,8 +97,12 @@ def test_accepts_polars_and_arrow(tmp_path):
     import polars as pl
 
     store = Store.from_url(str(tmp_path))
-    uri = store.write("eval", pl.DataFrame(dict(benchmark=["b"], checkpoint=["c"], seed=[1], metric=["acc"],
-                                                value=[None])), run_id="r", round=0)
+    uri = store.write(
+        "eval",
+        pl.DataFrame(dict(benchmark=["b"], checkpoint=["c"], seed=[1], metric=["acc"], value=[None])),
+        run_id="r",
+        round=0,
+    )
     assert store.read(uri).column("value").to_pylist() == [None]
     table = pa.table({"run_id": ["r"], "status": ["done"], "created_at": pa.array([0], pa.timestamp("us", "UTC"))})
     assert store.read(store.write("runs", table, run_id="r")).num_rows == 1

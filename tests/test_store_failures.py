@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from dr_core.store import atomic
-from dr_core.paths import bundled
-from dr_core.store.artifacts import Store
 from cli.main import app
+from dr_core.paths import bundled
+from dr_core.store import atomic
+from dr_core.store.artifacts import Store
 from tests.netutil import free_port, wait_until
 
 runner = CliRunner()
@@ -186,10 +186,38 @@ def test_output_paths_are_checked_before_any_work(tmp_path, no_model_work):
         (("score", _sets(tmp_path), "--output", a_file / "x.jsonl"), "is a file"),
         (("eval-evaluator", _pairs(tmp_path), "--format", "pairwise", "--output", a_dir), "is a directory"),
         (("eval-evaluator", _pairs(tmp_path), "--format", "pairwise", "--output", a_file / "m.json"), "is a file"),
-        (("eval-policy", "--policy", "default", "--data", prompts, "--judge", "default",
-          "--output", tmp_path / "m.json", "--records", a_file / "r.jsonl"), "is a file"),
-        (("eval-policy", "--policy", "default", "--data", prompts, "--judge", "default",
-          "--output", a_dir, "--records", tmp_path / "r.jsonl"), "is a directory"),
+        (
+            (
+                "eval-policy",
+                "--policy",
+                "default",
+                "--data",
+                prompts,
+                "--judge",
+                "default",
+                "--output",
+                tmp_path / "m.json",
+                "--records",
+                a_file / "r.jsonl",
+            ),
+            "is a file",
+        ),
+        (
+            (
+                "eval-policy",
+                "--policy",
+                "default",
+                "--data",
+                prompts,
+                "--judge",
+                "default",
+                "--output",
+                a_dir,
+                "--records",
+                tmp_path / "r.jsonl",
+            ),
+            "is a directory",
+        ),
         (("report", "--store", tmp_path, "--run-id", "r", "--out", a_file), "is a file"),
     ]
     before = sorted(p.name for p in tmp_path.iterdir())
@@ -221,8 +249,9 @@ def test_dead_writers_temp_files_are_swept_and_live_ones_kept(tmp_path):
     import fcntl
 
     store = Store.from_url(str(tmp_path / "st"))
-    uri = store.write("anchors", [dict(prompt_id="p", prompt="x", rank=1, response="r", source="s", score=None)],
-                      dataset="d")
+    uri = store.write(
+        "anchors", [dict(prompt_id="p", prompt="x", rank=1, response="r", source="s", score=None)], dataset="d"
+    )
     folder = Path(store._path(uri)).parent
     dead = folder / ".data.parquet.dead1234.tmp"
     dead.write_bytes(b"half a file")
@@ -231,8 +260,9 @@ def test_dead_writers_temp_files_are_swept_and_live_ones_kept(tmp_path):
     fd = os.open(live, os.O_RDONLY)
     fcntl.flock(fd, fcntl.LOCK_EX)  # a writer still at work holds its lock
     try:
-        store.write("anchors", [dict(prompt_id="q", prompt="x", rank=1, response="r", source="s", score=None)],
-                    dataset="d")
+        store.write(
+            "anchors", [dict(prompt_id="q", prompt="x", rank=1, response="r", source="s", score=None)], dataset="d"
+        )
         assert not dead.exists() and live.exists()
     finally:
         os.close(fd)
@@ -248,8 +278,12 @@ def test_sigterm_during_a_store_write_leaves_no_temp_file(tmp_path):
         " for i in range(5000)]\n"
         f"Store.from_url({str(tmp_path / 'st')!r}).write('anchors', rows, dataset='d')\n"
     )
-    env = {**os.environ, "DR_FAULT": "pause@store-write", "DR_FAULT_DIR": str(tmp_path / "faults"),
-           "DR_FAULT_PAUSE_S": "120"}
+    env = {
+        **os.environ,
+        "DR_FAULT": "pause@store-write",
+        "DR_FAULT_DIR": str(tmp_path / "faults"),
+        "DR_FAULT_PAUSE_S": "120",
+    }
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env)
     marker = tmp_path / "faults" / "store-write.paused"
     wait_until(marker.exists, timeout=120, what="the store write to pause", proc=proc, interval=0.05)
@@ -265,8 +299,9 @@ def test_part_files_and_outputs_honour_the_umask(tmp_path, umask):
     old = os.umask(umask)
     try:
         store = Store.from_url(str(tmp_path / "st"))
-        uri = store.write("anchors", [dict(prompt_id="p", prompt="x", rank=1, response="r", source="s",
-                                           score=None)], dataset="d")
+        uri = store.write(
+            "anchors", [dict(prompt_id="p", prompt="x", rank=1, response="r", source="s", score=None)], dataset="d"
+        )
         atomic.write_atomic(tmp_path / "metrics.json", "{}")
     finally:
         os.umask(old)

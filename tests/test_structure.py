@@ -65,27 +65,40 @@ def _violations(rule, sources: dict[str, Path] | None = None) -> list[str]:
             for target in _targets(imported, names, known):
                 why = rule(mod, target, names)
                 if why:
-                    bad.append(f"{path.relative_to(ROOT) if ROOT in path.parents else path.name}: imports {target} "
-                               f"({why})")
+                    bad.append(
+                        f"{path.relative_to(ROOT) if ROOT in path.parents else path.name}: imports {target} ({why})"
+                    )
     return sorted(set(bad))
 
 
 #: Third-party stacks with exactly one home in the project.
 HOMES = {
-    "trl": "dr_core.train", "peft": "dr_core.train", "deepspeed": "dr_core.train", "accelerate": "dr_core.train",
+    "trl": "dr_core.train",
+    "peft": "dr_core.train",
+    "deepspeed": "dr_core.train",
+    "accelerate": "dr_core.train",
     "vllm": "dr_core.engines",
-    "duckdb": "dr_core.store", "fsspec": "dr_core.store", "s3fs": "dr_core.store", "botocore": "dr_core.store",
-    "jinja2": "dr_core.report", "markupsafe": "dr_core.report",
-    "typer": "cli", "rich": "cli", "click": "cli",
-    "fastapi": "dr_core.service", "starlette": "dr_core.service", "uvicorn": "dr_core.service",
+    "duckdb": "dr_core.store",
+    "fsspec": "dr_core.store",
+    "s3fs": "dr_core.store",
+    "botocore": "dr_core.store",
+    "jinja2": "dr_core.report",
+    "markupsafe": "dr_core.report",
+    "typer": "cli",
+    "rich": "cli",
+    "click": "cli",
+    "fastapi": "dr_core.service",
+    "starlette": "dr_core.service",
+    "uvicorn": "dr_core.service",
 }
 
 
 @pytest.mark.parametrize("stack", sorted(HOMES))
 def test_each_stack_is_imported_only_in_its_home(stack):
     home = HOMES[stack]
-    assert not _violations(lambda mod, target, _: _within(target, stack) and not _within(mod, home)
-                           and f"only {home} may import {stack}")
+    assert not _violations(
+        lambda mod, target, _: _within(target, stack) and not _within(mod, home) and f"only {home} may import {stack}"
+    )
 
 
 def test_layers_point_down_only():
@@ -103,10 +116,14 @@ def test_layers_point_down_only():
 
 def test_scoring_is_pure():
     """scoring/ imports nothing of the project but itself and the leaf constants; constants imports nothing."""
+
     def rule(mod, target, _):
         project = target.split(".")[0] in PACKAGES
-        if _within(mod, "dr_core.scoring") and project and not (
-                _within(target, "dr_core.scoring") or target in ("dr_core", "dr_core.constants")):
+        if (
+            _within(mod, "dr_core.scoring")
+            and project
+            and not (_within(target, "dr_core.scoring") or target in ("dr_core", "dr_core.constants"))
+        ):
             return "scoring is pure numpy"
         if mod == "dr_core.constants" and project and target != "dr_core":
             return "constants is a leaf"
@@ -142,8 +159,11 @@ def test_store_internals_stay_in_the_store():
 
 
 def _loaded_after(imports: list[str]) -> set[str]:
-    code = "import sys\n" + "".join(f"import {m}\n" for m in imports) + \
-        "print(' '.join(sorted({k.split('.')[0] for k in sys.modules})))"
+    code = (
+        "import sys\n"
+        + "".join(f"import {m}\n" for m in imports)
+        + "print(' '.join(sorted({k.split('.')[0] for k in sys.modules})))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     return set(out.stdout.split())
 
@@ -159,8 +179,9 @@ def test_config_and_the_cli_load_no_model_stack():
     heavy = {"torch", "trl", "peft", "vllm", "transformers", "prefect", "duckdb", "jinja2"}
     assert not _loaded_after(["dr_core.presets", "dr_core.config"]) & heavy
     assert not _loaded_after(["cli.main"]) & heavy
-    assert not _loaded_after(["dr_core.scoring.equations", "dr_core.scoring.metrics", "dr_core.scoring.signals"]) \
-        & (heavy | {"pyarrow", "pydantic"})
+    assert not _loaded_after(["dr_core.scoring.equations", "dr_core.scoring.metrics", "dr_core.scoring.signals"]) & (
+        heavy | {"pyarrow", "pydantic"}
+    )
 
 
 def test_the_rules_catch_a_violation(tmp_path):
@@ -169,8 +190,13 @@ def test_the_rules_catch_a_violation(tmp_path):
     planted.write_text("from tasks import options\n\ndef f():\n    import trl\n    from flows.round import measure\n")
     fake = {"dr_core.scoring.planted": planted}
     assert _violations(lambda mod, target, _: _within(target, "tasks") and "up", fake) == [
-        "planted.py: imports tasks (up)", "planted.py: imports tasks.options (up)"]
-    assert _violations(lambda mod, target, _: _within(target, "trl") and "trl", fake) == ["planted.py: imports trl (trl)"]
+        "planted.py: imports tasks (up)",
+        "planted.py: imports tasks.options (up)",
+    ]
+    assert _violations(lambda mod, target, _: _within(target, "trl") and "trl", fake) == [
+        "planted.py: imports trl (trl)"
+    ]
     flows_fake = {"flows.planted": planted}
-    assert _violations(lambda mod, target, names: _within(target, "flows.round") and names == ["measure"] and "helper",
-                       flows_fake) == ["planted.py: imports flows.round (helper)"]
+    assert _violations(
+        lambda mod, target, names: _within(target, "flows.round") and names == ["measure"] and "helper", flows_fake
+    ) == ["planted.py: imports flows.round (helper)"]

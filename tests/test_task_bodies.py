@@ -8,9 +8,8 @@ import datetime as dt
 
 import pytest
 
-from dr_core.evaluator.judge import judge_engine_config
-
 from dr_core.engines.pool import EnginePool
+from dr_core.evaluator.judge import judge_engine_config
 from dr_core.presets import coevolve_preset, preset
 from dr_core.store.artifacts import Store
 from tasks import round as round_tasks
@@ -62,8 +61,9 @@ def measured(engine, store) -> dict:
     inputs = round_tasks.select_inputs.fn(CFG, store)
     samples = round_tasks.sample.fn(CFG, inputs["prompts"], "policy@0", store, RUN, T, STAGE)
     rubrics = round_tasks.generate_rubrics.fn(CFG, inputs["prompts"], samples, "gen@0", store, RUN, T, STAGE)
-    verdicts = round_tasks.verify.fn(CFG, inputs["prompts"], samples, inputs["anchors"], rubrics, "ver@0", store,
-                                     RUN, T, STAGE)
+    verdicts = round_tasks.verify.fn(
+        CFG, inputs["prompts"], samples, inputs["anchors"], rubrics, "ver@0", store, RUN, T, STAGE
+    )
     scored = round_tasks.score.fn(rubrics, verdicts, store, RUN, T, STAGE)
     return {**inputs, "samples": samples, "rubrics": rubrics, "verdicts": verdicts, **scored}
 
@@ -85,7 +85,11 @@ def test_model_steps_write_their_rows_under_the_run_partition(measured, engine, 
     samples = _read(store, measured["samples"])
     assert measured["samples"]["uri"].endswith(_partition("samples", "measure-samples"))
     assert sorted((r["set_id"], r["response_idx"], r["response"]) for r in samples) == [
-        (0, 0, "answer 0"), (0, 1, "answer 1 with detail"), (1, 0, "answer 0"), (1, 1, "answer 1 with detail")]
+        (0, 0, "answer 0"),
+        (0, 1, "answer 1 with detail"),
+        (1, 0, "answer 0"),
+        (1, 1, "answer 1 with detail"),
+    ]
     assert {(r["stage"], r["policy_ckpt"], r["run_id"], r["round"]) for r in samples} == {(STAGE, "policy@0", RUN, T)}
 
     rubrics = _read(store, measured["rubrics"])
@@ -101,7 +105,10 @@ def test_model_steps_write_their_rows_under_the_run_partition(measured, engine, 
     assert len(checks) == 2 * (2 + 3) * len(RUBRIC) == measured["verdicts"]["cost"]["requests"]
     # one batched call per step: the policy's K samples, the generator's schema, the verifier's yes/no
     assert [(len(c.conversations), c.n, c.json_schema is not None, c.choices) for c in engine.calls] == [
-        (2, CFG.k, False, None), (4, 1, True, None), (len(checks), 1, False, ["yes", "no"])]
+        (2, CFG.k, False, None),
+        (4, 1, True, None),
+        (len(checks), 1, False, ["yes", "no"]),
+    ]
 
 
 def test_score_writes_eq12_scores_and_one_reward_row_per_rollout(measured, store):
@@ -149,17 +156,23 @@ def test_restage_samples_copies_a_set_under_a_new_stage(measured, store):
 
 def test_record_steps_writes_one_row_per_step_and_replaces_its_file(store):
     start = "2026-01-02T03:04:05+00:00"
-    entries = {"sample": {"state": "Completed", "seconds": 1.5, "started_at": start},
-               "verify": {"state": "Cached", "seconds": 0.25, "started_at": start}}
+    entries = {
+        "sample": {"state": "Completed", "seconds": 1.5, "started_at": start},
+        "verify": {"state": "Cached", "seconds": 0.25, "started_at": start},
+    }
     uri = round_tasks.record_steps.fn(store, RUN, T, "round", "e1", entries)
     assert uri.endswith(_partition("steps", "exec-e1"))
     entries["score"] = {"state": "Failed", "seconds": 2.0, "started_at": start}
     assert round_tasks.record_steps.fn(store, RUN, T, "round", "e1", entries) == uri
     rows = Store.from_url(store).read(uri).to_pylist()
     assert [(r["step"], r["state"], r["seconds"]) for r in rows] == [
-        ("sample", "Completed", 1.5), ("verify", "Cached", 0.25), ("score", "Failed", 2.0)]
+        ("sample", "Completed", 1.5),
+        ("verify", "Cached", 0.25),
+        ("score", "Failed", 2.0),
+    ]
     assert {(r["execution"], r["flow"], r["started_at"]) for r in rows} == {
-        ("e1", "round", dt.datetime.fromisoformat(start))}
+        ("e1", "round", dt.datetime.fromisoformat(start))
+    }
 
 
 def test_evaluate_policy_writes_the_heldout_prompts_and_one_eval_row_per_metric(monkeypatch, store):

@@ -27,7 +27,9 @@ def test_a_checkpoint_ref_counts_by_its_fingerprint_only():
     a = {"uri": "s3://b/models/run_id=a/round=1/policy", "fingerprint": "policy@1f", "reward_last": 0.4, "steps": 2}
     b = {"uri": "/tmp/models/run_id=b/round=3/policy", "fingerprint": "policy@1f", "reward_last": 0.9, "steps": 5}
     assert content_cache_key(ctx(), {"base": a}) == content_cache_key(ctx(), {"base": b})
-    assert content_cache_key(ctx(), {"base": a}) != content_cache_key(ctx(), {"base": {**a, "fingerprint": "policy@2e"}})
+    assert content_cache_key(ctx(), {"base": a}) != content_cache_key(
+        ctx(), {"base": {**a, "fingerprint": "policy@2e"}}
+    )
 
 
 def test_cache_key_depends_on_config():

@@ -39,8 +39,9 @@ KEY_ENV = "DR_TEST_LAUNCH_KEY"
 TABLES = ("samples", "rubrics", "verdicts", "scores", "rewards")
 
 
-def _policy_update(tiny: Path, store_dir: Path, base_url: str, launch: dict | None, per_device: int,
-                   keep: bool) -> tuple[dict, dict[str, list[dict]]]:
+def _policy_update(
+    tiny: Path, store_dir: Path, base_url: str, launch: dict | None, per_device: int, keep: bool
+) -> tuple[dict, dict[str, list[dict]]]:
     """P(0) -> P(1) through the real task body: 2 prompts, K = 2, 2 GRPO steps of 2 groups each; returns the task's
     reference and the rollout tables it stored."""
     from dr_core.presets import coevolve_preset
@@ -52,16 +53,30 @@ def _policy_update(tiny: Path, store_dir: Path, base_url: str, launch: dict | No
     s = Store.from_url(str(store_dir))
     base = {"uri": checkpoints.save(s, tiny, "start", 0, "policy"), "fingerprint": "tiny-policy"}
     gen = {"uri": checkpoints.save(s, tiny, "start", 0, "generator"), "fingerprint": "tiny-generator"}
-    rows = [{"dataset": "launch", "prompt_id": f"p{i}", "prompt": q, "baseline": None}
-            for i, q in enumerate(["Name a fruit.", "Say hi."])]
+    rows = [
+        {"dataset": "launch", "prompt_id": f"p{i}", "prompt": q, "baseline": None}
+        for i, q in enumerate(["Name a fruit.", "Say hi."])
+    ]
     prompts = write_ref(s, "prompts", rows, "selected", dataset="launch")
     http = {"kind": "openai_http", "model": "scripted-model", "base_url": base_url, "api_key_env": KEY_ENV}
     cfg = coevolve_preset(
-        "tiny", round={"k": 2, "n_prompts": 2, "engines": {"generator": http, "verifier": http}},
-        policy={"num_generations": 2, "per_device_train_batch_size": per_device, "max_steps": 2, "save_steps": 1,
-                "max_completion_length": 8, "learning_rate": 5e-2, "seed": 1, "rubric_max_tokens": 200,
-                "rollouts": "trl", "keep_resume_checkpoints": keep},
-        launch=launch or {}, policy_eval=None)
+        "tiny",
+        round={"k": 2, "n_prompts": 2, "engines": {"generator": http, "verifier": http}},
+        policy={
+            "num_generations": 2,
+            "per_device_train_batch_size": per_device,
+            "max_steps": 2,
+            "save_steps": 1,
+            "max_completion_length": 8,
+            "learning_rate": 5e-2,
+            "seed": 1,
+            "rubric_max_tokens": 200,
+            "rollouts": "trl",
+            "keep_resume_checkpoints": keep,
+        },
+        launch=launch or {},
+        policy_eval=None,
+    )
     ref = train.train_policy.fn(cfg, prompts, base, gen, "scripted-verifier", str(store_dir), "launch", 1)
     return ref, {t: s.read_table(t, run_id="launch").to_pylist() for t in TABLES}
 
@@ -76,14 +91,18 @@ def test_the_policy_task_on_two_ranks_reads_every_rank_back_in_whole_groups(tiny
 
     monkeypatch.setenv(KEY_ENV, "sk-launch-test")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "never-for-the-ranks")
-    before = set((cache_dir() / "train" / "policy").glob("*")) if (cache_dir() / "train" / "policy").exists() \
-        else set()
+    before = set((cache_dir() / "train" / "policy").glob("*")) if (cache_dir() / "train" / "policy").exists() else set()
     with ScriptedServer(auth={"Bearer sk-launch-test"}) as srv:
         try:
             # two ranks of 2 completions (1 group) each: the same 2 groups per step as one process of 4 below
-            ref, tables = _policy_update(tiny_llama_dir, tmp_path / "store", srv.base_url,
-                                         {"num_processes": 2, "config_file": "infra/accelerate/zero2.yaml"},
-                                         per_device=2, keep=True)
+            ref, tables = _policy_update(
+                tiny_llama_dir,
+                tmp_path / "store",
+                srv.base_url,
+                {"num_processes": 2, "config_file": "infra/accelerate/zero2.yaml"},
+                per_device=2,
+                keep=True,
+            )
             (scratch,) = set((cache_dir() / "train" / "policy").glob("*")) - before
             assert srv.counts["unauthorized"] == 0 and srv.counts["requests"] > 0
 
@@ -108,8 +127,9 @@ def test_the_policy_task_on_two_ranks_reads_every_rank_back_in_whole_groups(tiny
                 shutil.rmtree(leftover, ignore_errors=True)  # kept for the checks; a persistent cache must not reuse it
 
         # the same update in this process: the same tables, columns and row counts, the same reference fields
-        ref_in, tables_in = _policy_update(tiny_llama_dir, tmp_path / "store-in", srv.base_url, None, per_device=4,
-                                           keep=False)
+        ref_in, tables_in = _policy_update(
+            tiny_llama_dir, tmp_path / "store-in", srv.base_url, None, per_device=4, keep=False
+        )
     assert set(ref_in) == set(ref) and ref_in["steps"] == ref["steps"] and ref_in["rollouts"] == ref["rollouts"]
     assert "rank" not in ref_in["history"][0]
     for t in TABLES:
@@ -130,35 +150,54 @@ def test_a_pdsh_launch_hands_deepspeed_a_private_env_file_without_the_store_keys
     fake_bin.mkdir()
     record.mkdir()
     fake = fake_bin / "deepspeed"
-    fake.write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$DR_FAKE_DS/argv"\n'
-                    'stat -c %a "$DS_ENV_FILE" > "$DR_FAKE_DS/mode"\ncp "$DS_ENV_FILE" "$DR_FAKE_DS/env"\n')
+    fake.write_text(
+        '#!/bin/sh\nprintf "%s\\n" "$@" > "$DR_FAKE_DS/argv"\n'
+        'stat -c %a "$DS_ENV_FILE" > "$DR_FAKE_DS/mode"\ncp "$DS_ENV_FILE" "$DR_FAKE_DS/env"\n'
+    )
     fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
-    monkeypatch.setenv("PATH", os.pathsep.join([str(fake_bin), str(Path(sys.executable).parent),
-                                                os.environ.get("PATH", "")]))
+    monkeypatch.setenv(
+        "PATH", os.pathsep.join([str(fake_bin), str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    )
     monkeypatch.setenv("DR_FAKE_DS", str(record))
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s3-secret-stays-home")
     monkeypatch.setenv(KEY_ENV, "sk-travels")
     hosts = tmp_path / "hostfile"
     hosts.write_text("127.0.0.1 slots=1\nlocalhost slots=1\n")
     port = _free_port()
-    launch = LaunchSettings(num_processes=2, num_machines=2, config_file="infra/accelerate/zero3-multinode.yaml",
-                            hostfile=str(hosts), main_process_ip="127.0.0.1", main_process_port=port, timeout_s=300)
-    verifier = EngineConfig(kind="openai_http", model="m", base_url="http://127.0.0.1:9/v1",
-                                  api_key_env=KEY_ENV)
+    launch = LaunchSettings(
+        num_processes=2,
+        num_machines=2,
+        config_file="infra/accelerate/zero3-multinode.yaml",
+        hostfile=str(hosts),
+        main_process_ip="127.0.0.1",
+        main_process_port=port,
+        timeout_s=300,
+    )
+    verifier = EngineConfig(kind="openai_http", model="m", base_url="http://127.0.0.1:9/v1", api_key_env=KEY_ENV)
     repo_env_file = ROOT / ".deepspeed_env"
     existed = repo_env_file.exists()
     out = tmp_path / "out"
     with pytest.raises(multi.LaunchError, match="not a complete model"):  # the stand-in trains nothing
-        multi.launch_train("generator", "/ckpt/g0", [GeneratorRow(0, "q", ("a",), ("b", "c"))],
-                           GRPOSettings(num_generations=2, per_device_train_batch_size=2), out, launch,
-                           verifier=verifier)
+        multi.launch_train(
+            "generator",
+            "/ckpt/g0",
+            [GeneratorRow(0, "q", ("a",), ("b", "c"))],
+            GRPOSettings(num_generations=2, per_device_train_batch_size=2),
+            out,
+            launch,
+            verifier=verifier,
+        )
     argv = (record / "argv").read_text().splitlines()
     i = argv.index("--hostfile")
     assert argv[i + 1] == str(hosts)
-    for flag, value in (("--launcher", "pdsh"), ("--num_gpus", "1"), ("--master_addr", "127.0.0.1"),
-                        ("--master_port", str(port))):
+    for flag, value in (
+        ("--launcher", "pdsh"),
+        ("--num_gpus", "1"),
+        ("--master_addr", "127.0.0.1"),
+        ("--master_port", str(port)),
+    ):
         assert argv[argv.index(flag) + 1] == value, flag
-    assert "--no_local_rank" in argv and argv[argv.index("--module") + 1:][:2] == ["dr_core.train.launch", "generator"]
+    assert "--no_local_rank" in argv and argv[argv.index("--module") + 1 :][:2] == ["dr_core.train.launch", "generator"]
     env_lines = (record / "env").read_text().splitlines()
     assert f"{KEY_ENV}=sk-travels" in env_lines  # the engines' key reaches every machine
     assert not [line for line in env_lines if line.startswith("AWS_")]  # the store's credentials do not

@@ -38,8 +38,14 @@ def test_balanced_verdicts_vary_and_split_the_probe_in_half(tiny_verifier):
     bias = verdict_bias(tiny_verifier, mode="balanced")
     assert bias is not None and -5 < bias < 5
     # on the main job's kind of data (a policy answer and criteria about it) the verdicts differ across criteria
-    checks = [Check("Name three primary colours.", "Red, blue and yellow.", c) for c in (
-        "The response names exactly three colours.", "The response is written in French.",
-        "The response mentions red.", "The response is longer than 500 words.")]
+    checks = [
+        Check("Name three primary colours.", "Red, blue and yellow.", c)
+        for c in (
+            "The response names exactly three colours.",
+            "The response is written in French.",
+            "The response mentions red.",
+            "The response is longer than 500 words.",
+        )
+    ]
     out, _ = verify(tiny_verifier, checks)
     assert None not in out and 0 < sum(out) < len(out), out

@@ -17,8 +17,12 @@ from tests.fakes import FakeEngine, hashed_verdict, verdict_bit
 
 def _checks(seed: int = 0) -> list[Check]:
     rng = random.Random(seed)
-    checks = [Check(f"prompt {p}", f"response {p}.{r}", f"criterion {c}") for p in range(3) for r in range(3)
-              for c in range(4)]
+    checks = [
+        Check(f"prompt {p}", f"response {p}.{r}", f"criterion {c}")
+        for p in range(3)
+        for r in range(3)
+        for c in range(4)
+    ]
     checks += rng.sample(checks, 8)  # repeated checks
     rng.shuffle(checks)
     return checks
@@ -43,8 +47,9 @@ def test_verify_sends_every_check_its_own_prompt_and_answers_in_the_original_ord
     assert verdicts == [verdict_bit(c.criterion, c.response) for c in checks]
     (call,) = eng.calls
     assert stats.requests == len(set(checks)) == len(call.conversations)
-    assert call.conversations == [prompts.verifier_messages(c.prompt, c.response, c.criterion, style=style)
-                                  for c in send_order(checks)]
+    assert call.conversations == [
+        prompts.verifier_messages(c.prompt, c.response, c.criterion, style=style) for c in send_order(checks)
+    ]
 
 
 def test_verify_results_do_not_depend_on_the_input_order():
@@ -74,15 +79,20 @@ class _FakeLLM:
         return None
 
 
-@pytest.mark.parametrize("cpu, block, expected", [(True, None, 32), (True, 128, 128), (False, None, None),
-                                                  (False, 64, 64)])
+@pytest.mark.parametrize(
+    "cpu, block, expected", [(True, None, 32), (True, 128, 128), (False, None, None), (False, 64, 64)]
+)
 def test_the_engine_passes_the_block_size_to_vllm(monkeypatch, tmp_path, cpu, block, expected):
     from dr_core.engines import vllm_engine
 
     monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=_FakeLLM))
     monkeypatch.setattr(vllm_engine, "_cpu_build", lambda: cpu)
-    for var in ("VLLM_CPU_KVCACHE_SPACE", "VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_LOGGING_LEVEL",
-                "TOKENIZERS_PARALLELISM"):
+    for var in (
+        "VLLM_CPU_KVCACHE_SPACE",
+        "VLLM_ENABLE_V1_MULTIPROCESSING",
+        "VLLM_LOGGING_LEVEL",
+        "TOKENIZERS_PARALLELISM",
+    ):
         monkeypatch.setenv(var, "0")
     _FakeLLM.seen.clear()
     (tmp_path / "config.json").write_text("{}")  # a checkpoint directory, as far as the config can tell

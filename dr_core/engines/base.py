@@ -4,7 +4,8 @@ An engine takes a batch of chat conversations and returns one ``Completion`` per
 texts, why each stopped, and token counts. Output can be constrained to a JSON schema or to a fixed set of
 choices (vLLM structured outputs). Engines that set ``supports_logprobs`` also return, on request
 (``logprobs=N``), the top-N log-probabilities of every generated token (``Completion.top_logprobs``); the
-calibrated verifier (``dr_core.evaluator.calibrate``) reads the first token's. Implementations are imported lazily by ``make_engine`` (``dr_core.engines``).
+calibrated verifier (``dr_core.evaluator.calibrate``) reads the first token's. Implementations are imported lazily by
+``make_engine`` (``dr_core.engines``).
 
     python -c "from dr_core.engines import make_engine; from dr_core.config import EngineConfig; \\
                e = make_engine(EngineConfig()); print(e.chat([[{'role': 'user', 'content': 'Hi'}]])[0].texts)"

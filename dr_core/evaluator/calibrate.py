@@ -24,7 +24,6 @@ from dr_core.evaluator.items import Check, StageStats
 from dr_core.rubric import prompts
 from dr_core.scoring.mathutil import logsumexp
 
-
 # ------------------------------------------------------------------------------------ calibrated verdicts
 #: Top log-probabilities asked for the first token of a calibrated verdict (vLLM's default maximum).
 VERDICT_LOGPROBS = 20
@@ -111,8 +110,9 @@ def probe_checks() -> list[Check]:
 LOGODDS_MODES = ("calibrated", "balanced")
 
 
-def verdict_bias(engine: Engine, stats: StageStats | None = None, style: str | None = None,
-                 mode: str = "calibrated") -> float | None:
+def verdict_bias(
+    engine: Engine, stats: StageStats | None = None, style: str | None = None, mode: str = "calibrated"
+) -> float | None:
     """The verifier's threshold b on the yes-vs-no log-odds, computed once per engine object, mode and prompt style
     (its cost is added to ``stats`` that once): "calibrated", the mean over content-free checks (Zhao et al. 2021);
     "balanced", the median over the bundled balanced probe (the verifier then says yes to half of it). None when no
@@ -128,8 +128,9 @@ def verdict_bias(engine: Engine, stats: StageStats | None = None, style: str | N
     if stats is not None:
         stats.add(outs, time.perf_counter() - start)
     odds = [o for o in map(first_logodds, outs) if o is not None]
-    known[(mode, style)] = (None if not odds else sum(odds) / len(odds) if mode == "calibrated"
-                            else statistics.median(odds))
+    known[(mode, style)] = (
+        None if not odds else sum(odds) / len(odds) if mode == "calibrated" else statistics.median(odds)
+    )
     return known[(mode, style)]
 
 

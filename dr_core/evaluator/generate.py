@@ -15,7 +15,7 @@ from typing import Sequence
 from dr_core.constants import UNSCORABLE
 from dr_core.engines.base import Engine
 from dr_core.evaluator.endpoints import endpoint_counts, endpoint_delta
-from dr_core.evaluator.items import EvalItem, GeneratedRubric, Mode, StageStats, DONE_REASONS
+from dr_core.evaluator.items import DONE_REASONS, EvalItem, GeneratedRubric, Mode, StageStats
 from dr_core.rubric import prompts
 from dr_core.rubric.schema import Rubric, RubricError, parse_rubric
 
@@ -97,7 +97,14 @@ def generate_rubrics(
         rubric, error = _parse(out.texts[0], out.finish_reasons[0], structured)
         result[i].append(
             GeneratedRubric(
-                i, seed, perm, out.texts[0], out.finish_reasons[0], rubric, error, out.prompt_tokens,
+                i,
+                seed,
+                perm,
+                out.texts[0],
+                out.finish_reasons[0],
+                rubric,
+                error,
+                out.prompt_tokens,
                 out.completion_tokens[0],
             )
         )

@@ -10,7 +10,6 @@ from typing import Literal, Sequence
 from dr_core.engines.base import Completion
 from dr_core.rubric.schema import Rubric
 
-
 Mode = Literal["dynamic", "static"]
 
 

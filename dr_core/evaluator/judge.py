@@ -24,8 +24,8 @@ from typing import Literal, Sequence
 
 from dr_core.config import EngineConfig
 from dr_core.engines.base import PROMPT_TOO_LONG, Completion, Engine
-from dr_core.rubric import prompts
 from dr_core.evaluator.calibrate import label_logodds
+from dr_core.rubric import prompts
 
 JudgeProcedure = Literal["logodds", "choice"]
 JUDGE_PROCEDURES = ("logodds", "choice")
@@ -86,8 +86,9 @@ def both_orders(texts: Sequence[str], first: Sequence[str], second: Sequence[str
 
 def ask_choices(judge: Engine, texts, first, second) -> list[tuple[str | None, str | None]]:
     """(choice with ``first`` as A, choice with ``first`` as B) per prompt: 2n structured calls in one batch."""
-    outs = judge.chat(both_orders(texts, first, second), n=1, temperature=0.0, max_tokens=2,
-                      choices=list(prompts.JUDGE_CHOICES))
+    outs = judge.chat(
+        both_orders(texts, first, second), n=1, temperature=0.0, max_tokens=2, choices=list(prompts.JUDGE_CHOICES)
+    )
     c = [choice_of(o) for o in outs]
     return list(zip(c[0::2], c[1::2]))
 
@@ -97,8 +98,7 @@ def ask_logodds(judge: Engine, texts, first, second) -> list[tuple[float | None,
     return log-probabilities or returned none for any verdict (the caller falls back to choices)."""
     if not getattr(judge, "supports_logprobs", False):
         return None
-    outs = judge.chat(both_orders(texts, first, second), n=1, temperature=0.0, max_tokens=1,
-                      logprobs=JUDGE_LOGPROBS)
+    outs = judge.chat(both_orders(texts, first, second), n=1, temperature=0.0, max_tokens=1, logprobs=JUDGE_LOGPROBS)
     fitted = [o for o in outs if not (o.finish_reasons and o.finish_reasons[0] == PROMPT_TOO_LONG)]
     if fitted and all(o.top_logprobs is None for o in fitted):
         return None
@@ -122,9 +122,15 @@ def choice_outcome(as_a: str | None, as_b: str | None) -> float | None:
     return ((as_a == "A") + (as_b == "B")) / 2
 
 
-def judge_both_orders(judge: Engine, texts: Sequence[str], first: Sequence[str], second: Sequence[str], *,
-                      procedure: JudgeProcedure = DEFAULT_PROCEDURE,
-                      threshold: float = TIE_THRESHOLD) -> tuple[list[dict], dict]:
+def judge_both_orders(
+    judge: Engine,
+    texts: Sequence[str],
+    first: Sequence[str],
+    second: Sequence[str],
+    *,
+    procedure: JudgeProcedure = DEFAULT_PROCEDURE,
+    threshold: float = TIE_THRESHOLD,
+) -> tuple[list[dict], dict]:
     """Judge ``first[i]`` against ``second[i]`` for every prompt with ``procedure``.
 
     Returns (one verdict per prompt: {"outcome": 1/0.5/0/None for ``first``, "as_a", "as_b"} where as_a/as_b are the
@@ -138,27 +144,43 @@ def judge_both_orders(judge: Engine, texts: Sequence[str], first: Sequence[str],
         pairs = ask_logodds(judge, texts, first, second)
         if pairs is not None:
             info["judge_tie_threshold"] = threshold
-            verdicts = [{"outcome": logodds_outcome(a, b, threshold), "as_a": a, "as_b": b,
-                         "d": None if a is None or b is None else (a - b) / 2} for a, b in pairs]
+            verdicts = [
+                {
+                    "outcome": logodds_outcome(a, b, threshold),
+                    "as_a": a,
+                    "as_b": b,
+                    "d": None if a is None or b is None else (a - b) / 2,
+                }
+                for a, b in pairs
+            ]
             sums = [(a + b) / 2 for a, b in pairs if a is not None and b is not None]
             firsts = [x for a, b in pairs for x in (a, b) if x is not None]
-            info |= {"judge_verdicts": 2 * len(pairs), "judge_invalid": sum(x is None for p in pairs for x in p),
-                     "judge_position_bias": (sum(sums) / len(sums)) if sums else None,
-                     # the order cancels in d: no verdict is decided by position, so there is no pick rate
-                     "judge_position_a_rate": None,
-                     # share of verdicts whose log-odds leaned to the first-shown answer (0.5: no lean)
-                     "judge_first_shown_rate": (sum(x > 0 for x in firsts) / len(firsts)) if firsts else None,
-                     "judge_mean_abs_d": (sum(abs(v["d"]) for v in verdicts if v["d"] is not None) / len(sums))
-                     if sums else None}
+            info |= {
+                "judge_verdicts": 2 * len(pairs),
+                "judge_invalid": sum(x is None for p in pairs for x in p),
+                "judge_position_bias": (sum(sums) / len(sums)) if sums else None,
+                # the order cancels in d: no verdict is decided by position, so there is no pick rate
+                "judge_position_a_rate": None,
+                # share of verdicts whose log-odds leaned to the first-shown answer (0.5: no lean)
+                "judge_first_shown_rate": (sum(x > 0 for x in firsts) / len(firsts)) if firsts else None,
+                "judge_mean_abs_d": (sum(abs(v["d"]) for v in verdicts if v["d"] is not None) / len(sums))
+                if sums
+                else None,
+            }
             return verdicts, info
-        info |= {"judge_procedure": "choice",
-                 "judge_fallback": "the judge returned no log-probabilities: structured choice in both orders"}
+        info |= {
+            "judge_procedure": "choice",
+            "judge_fallback": "the judge returned no log-probabilities: structured choice in both orders",
+        }
     pairs_c = ask_choices(judge, texts, first, second)
     picks = [c for p in pairs_c for c in p if c is not None]
-    info |= {"judge_verdicts": 2 * len(pairs_c), "judge_invalid": sum(c is None for p in pairs_c for c in p),
-             "judge_position_bias": None,
-             # share of valid verdicts that picked the first-shown answer: 0.5 = no position bias
-             "judge_position_a_rate": (sum(c == "A" for c in picks) / len(picks)) if picks else None,
-             "judge_first_shown_rate": (sum(c == "A" for c in picks) / len(picks)) if picks else None,
-             "judge_mean_abs_d": None}
+    info |= {
+        "judge_verdicts": 2 * len(pairs_c),
+        "judge_invalid": sum(c is None for p in pairs_c for c in p),
+        "judge_position_bias": None,
+        # share of valid verdicts that picked the first-shown answer: 0.5 = no position bias
+        "judge_position_a_rate": (sum(c == "A" for c in picks) / len(picks)) if picks else None,
+        "judge_first_shown_rate": (sum(c == "A" for c in picks) / len(picks)) if picks else None,
+        "judge_mean_abs_d": None,
+    }
     return [{"outcome": choice_outcome(a, b), "as_a": a, "as_b": b, "d": None} for a, b in pairs_c], info

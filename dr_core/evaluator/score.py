@@ -69,7 +69,8 @@ def rubric_record(r: ScoredRubric) -> dict:
         "seed": g.seed,
         "shown_order": list(g.permutation),
         "rubric": [{"criterion": c, "weight": w} for c, w in zip(g.rubric.criteria, g.rubric.weights)]
-        if g.rubric else None,
+        if g.rubric
+        else None,
         "rubric_text": g.text,
         "rubric_error": g.error,
         "rubric_items_dropped": g.dropped,

@@ -21,8 +21,15 @@ from typing import Sequence
 from dr_core.config import VerdictMode, VerifierPrompt
 from dr_core.constants import UNSCORABLE
 from dr_core.engines.base import Engine
-from dr_core.evaluator.calibrate import (LOGODDS_MODES, ask_logodds, calibrated_verdict, first_logodds, verdict_bias,
-                                        verdict_mode_of, verifier_prompt_of)
+from dr_core.evaluator.calibrate import (
+    LOGODDS_MODES,
+    ask_logodds,
+    calibrated_verdict,
+    first_logodds,
+    verdict_bias,
+    verdict_mode_of,
+    verifier_prompt_of,
+)
 from dr_core.evaluator.endpoints import endpoint_counts, endpoint_delta
 from dr_core.evaluator.items import DONE_REASONS, Check, StageStats
 from dr_core.rubric import prompts

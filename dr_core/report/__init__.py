@@ -6,7 +6,8 @@ HTML page (``render``, Jinja2 templates in ``templates/``) -> report.html and re
 What it shows, round over round (paper sections 3.1, 4.4, Figure 2, appendix H):
   gap          Eq. 2 gap on the ranked anchor lists (sql/gap_by_round) and the score spread on the policy's own
                sets C (sql/set_gap: C has no reference order, so mean |S_i - S_j| over pairs)
-  warnings     degenerate signal in words, at the top of the page and in report.json (dr_core.scoring.signals): GRPO steps
+  warnings     degenerate signal in words, at the top of the page and in report.json (dr_core.scoring.signals): GRPO
+  steps
                without gradient, a verifier that says yes (or no) to almost everything, constant scores
   signal       per round: the verifier's yes-rate on the measured sets (sql/stage_costs), the share of sets with
                constant scores (sql/set_gap), the update steps without gradient (sql/training_signal)
@@ -23,7 +24,8 @@ What it shows, round over round (paper sections 3.1, 4.4, Figure 2, appendix H):
                steps (sql/stage_costs, sql/run_log, sql/step_times)
 
 Figures are inline SVG (``dr_core.report.svg``); the page loads nothing from anywhere (no scripts, no external CSS or
-fonts), and text from the data is escaped (Jinja2 autoescape) with "://" broken by a zero-width space, so the raw HTML holds no URL a
+fonts), and text from the data is escaped (Jinja2 autoescape) with "://" broken by a zero-width space, so the raw HTML
+holds no URL a
 browser could fetch. Missing data (a run without training, no eval, no stale-fresh run) shows as "no data"; a query
 that fails leaves its part of the page as "no data" and is listed under "Query errors", it never stops the report.
 """

@@ -9,7 +9,6 @@ from __future__ import annotations
 import datetime as dt
 from collections import defaultdict
 
-
 from dr_core.scoring import signals
 from dr_core.store import sql
 from dr_core.store.schemas import TABLES, spec
@@ -47,15 +46,22 @@ def stage_metrics(con: sql.Connection, run_id: str, errors: list[str] | None = N
     merged: dict[tuple[int, str], dict] = defaultdict(dict)
     for r in _query(con, "gap_by_round", p, errors):
         merged[(r["round"], r["stage"])].update(
-            anchor_gap=r["mean_gap"], n_anchor_lists=r["n_lists"], n_scored_anchor_lists=r["n_scored_lists"],
-            r_disc=r["mean_r_disc"], r_anchor=r["mean_r_anchor"], n_rollouts=r["n_rollouts"],
-            n_unscorable_rewards=r["n_unscorable_rewards"])
+            anchor_gap=r["mean_gap"],
+            n_anchor_lists=r["n_lists"],
+            n_scored_anchor_lists=r["n_scored_lists"],
+            r_disc=r["mean_r_disc"],
+            r_anchor=r["mean_r_anchor"],
+            n_rollouts=r["n_rollouts"],
+            n_unscorable_rewards=r["n_unscorable_rewards"],
+        )
     for r in _query(con, "set_gap", p, errors):
         merged[(r["round"], r["stage"])].update(
-            set_spread=r["mean_spread"], n_sets=r["n_lists"], zero_spread_share=r["zero_spread_share"])
+            set_spread=r["mean_spread"], n_sets=r["n_lists"], zero_spread_share=r["zero_spread_share"]
+        )
     for r in _query(con, "saturation", p, errors):
         merged[(r["round"], r["stage"])].update(
-            saturation=r["saturation"], n_items_judged=r["n_judged"], n_items_incomplete=r["n_incomplete"])
+            saturation=r["saturation"], n_items_judged=r["n_judged"], n_items_incomplete=r["n_incomplete"]
+        )
     return [{"round": t, "stage": s, **v} for (t, s), v in sorted(merged.items())]
 
 
@@ -76,14 +82,17 @@ def update_steps(training_signal: list[dict]) -> list[dict]:
     by: dict[tuple[str, int], list[dict]] = defaultdict(list)
     for r in training_signal:
         if r["step"] is not None:
-            by[(r["stage"], r["round"])].append({k: r[k] for k in ("step", "groups", "zero_std_groups",
-                                                                   "zero_std_share", "reward_std_mean")})
-    return [{"role": role, "round": t, "steps": sorted(v, key=lambda s: s["step"])}
-            for (role, t), v in sorted(by.items())]
+            by[(r["stage"], r["round"])].append(
+                {k: r[k] for k in ("step", "groups", "zero_std_groups", "zero_std_share", "reward_std_mean")}
+            )
+    return [
+        {"role": role, "round": t, "steps": sorted(v, key=lambda s: s["step"])} for (role, t), v in sorted(by.items())
+    ]
 
 
-def run_warnings(metrics: list[dict], costs: list[dict], training_signal: list[dict],
-                 eval_summary: list[dict] = ()) -> list[str]:
+def run_warnings(
+    metrics: list[dict], costs: list[dict], training_signal: list[dict], eval_summary: list[dict] = ()
+) -> list[str]:
     """The run's degenerate-signal warnings in words (``signals.signal_warnings``): steps without gradient of each
     update, the verifier's yes-rate on the measured sets of each round (sql/stage_costs' yes_rate, stage measure),
     the share of measured sets whose scores are constant (sql/set_gap's zero_spread_share), and a policy-evaluation
@@ -92,16 +101,28 @@ def run_warnings(metrics: list[dict], costs: list[dict], training_signal: list[d
         update_steps(training_signal),
         yes_rates={c["round"]: c["yes_rate"] for c in costs if c["stage"] == "measure"},
         constant_score_shares={m["round"]: m.get("zero_spread_share") for m in metrics if m["stage"] == "measure"},
-        judge_position_rates={r["round"]: r["mean"] for r in eval_summary if r["metric"] == "judge_position_a_rate"})
+        judge_position_rates={r["round"]: r["mean"] for r in eval_summary if r["metric"] == "judge_position_a_rate"},
+    )
 
 
 def _grids(rows: list[dict]) -> list[dict]:
     """case_study rows -> one grid per set: items x responses of verdicts, scores and texts per response."""
     sets: dict[int, dict] = {}
     for r in rows:
-        g = sets.setdefault(r["set_id"], {"set_id": r["set_id"], "prompt_id": r["prompt_id"], "prompt": r["prompt"],
-                                          "generator_ckpt": r["generator_ckpt"], "error": None, "items": {},
-                                          "columns": [], "scores": {}, "texts": {}})
+        g = sets.setdefault(
+            r["set_id"],
+            {
+                "set_id": r["set_id"],
+                "prompt_id": r["prompt_id"],
+                "prompt": r["prompt"],
+                "generator_ckpt": r["generator_ckpt"],
+                "error": None,
+                "items": {},
+                "columns": [],
+                "scores": {},
+                "texts": {},
+            },
+        )
         if r["item"] is None:
             g["error"] = r["error"] or "no usable rubric"
             continue
@@ -131,8 +152,13 @@ def collect(con: sql.Connection, run_id: str, n_examples: int = 3) -> dict:
     sf = stale_fresh(metrics)
     views = []  # (label, round, stage) of the case-study grids
     if measure_rounds:
-        views.append((f"round {measure_rounds[0]}, measure: P({measure_rounds[0]})'s sets, G({measure_rounds[0]})'s "
-                      "rubrics", measure_rounds[0], "measure"))
+        views.append(
+            (
+                f"round {measure_rounds[0]}, measure: P({measure_rounds[0]})'s sets, G({measure_rounds[0]})'s rubrics",
+                measure_rounds[0],
+                "measure",
+            )
+        )
         if measure_rounds[-1] != measure_rounds[0]:
             t = measure_rounds[-1]
             views.append((f"round {t}, measure: P({t})'s sets, G({t})'s rubrics", t, "measure"))
@@ -141,9 +167,14 @@ def collect(con: sql.Connection, run_id: str, n_examples: int = 3) -> dict:
         views.append((f"round {t}, stale: P({t - 1})'s sets, stale G({t - 1})'s rubrics", t, STALE))
         views.append((f"round {t}, fresh: the same sets, fresh G({t})'s rubrics", t, FRESH))
     examples = [
-        {"label": label, "round": t, "stage": stage,
-         "sets": _grids(_query(con, "case_study", {"run_id": run_id, "round": t, "stage": stage,
-                                                   "n_sets": n_examples}, errors))}
+        {
+            "label": label,
+            "round": t,
+            "stage": stage,
+            "sets": _grids(
+                _query(con, "case_study", {"run_id": run_id, "round": t, "stage": stage, "n_sets": n_examples}, errors)
+            ),
+        }
         for label, t, stage in views
     ]
     summary = _query(con, "eval_summary", p, errors)

@@ -21,11 +21,13 @@ from dr_core.store import atomic
 #: Keys a result must have to be drawn (the benchmark's version 2 layout).
 REQUIRED = ("version", "sweep", "chosen", "seeds", "pooled", "policy")
 #: Held-out metrics, with which direction is better.
-METRICS = (("r_disc", "mean R_disc (Eq. 13), higher is better"),
-           ("anchor_tie_rate", "anchor-pair tie rate, lower is better"),
-           ("anchor_strict_accuracy", "strict anchor order, higher is better"),
-           ("saturated_items", "saturated items, lower is better"),
-           ("unparseable", "unparseable rubrics, lower is better"))
+METRICS = (
+    ("r_disc", "mean R_disc (Eq. 13), higher is better"),
+    ("anchor_tie_rate", "anchor-pair tie rate, lower is better"),
+    ("anchor_strict_accuracy", "strict anchor order, higher is better"),
+    ("saturated_items", "saturated items, lower is better"),
+    ("unparseable", "unparseable rubrics, lower is better"),
+)
 
 
 def load_result(path: str | Path) -> dict:
@@ -39,8 +41,10 @@ def load_result(path: str | Path) -> dict:
         raise ReportError(f"--learning {path}: expected a JSON object (bench_learning.py's output)")
     missing = [k for k in REQUIRED if k not in d]
     if missing:
-        raise ReportError(f"--learning {path}: not a complete bench_learning.py version-2 result: no key "
-                          f"{missing[0]!r}" + (" (the run stopped early: 'partial' is true)" if d.get("partial") else ""))
+        raise ReportError(
+            f"--learning {path}: not a complete bench_learning.py version-2 result: no key "
+            f"{missing[0]!r}" + (" (the run stopped early: 'partial' is true)" if d.get("partial") else "")
+        )
     if d.get("version") != 2:
         raise ReportError(f"--learning {path}: version {d.get('version')!r}; this page draws version 2")
     return d
@@ -48,9 +52,14 @@ def load_result(path: str | Path) -> dict:
 
 def _band_chart(curves: list[tuple[str, list[dict]]], title: str, y_label: str) -> Markup | None:
     series = [(name, [(s["step"], s["reward_mean"]) for s in steps]) for name, steps in curves]
-    bands = [[(s["step"], s["reward_mean"] - s["group_std"], s["reward_mean"] + s["group_std"])
-              for s in steps if s.get("group_std") is not None and s.get("reward_mean") is not None]
-             for _, steps in curves]
+    bands = [
+        [
+            (s["step"], s["reward_mean"] - s["group_std"], s["reward_mean"] + s["group_std"])
+            for s in steps
+            if s.get("group_std") is not None and s.get("reward_mean") is not None
+        ]
+        for _, steps in curves
+    ]
     return _chart(line_chart, series, "GRPO step", y_label, title=title, include_zero=False, bands=bands)
 
 
@@ -62,27 +71,62 @@ def _ci(c: dict) -> tuple:
 def view(d: dict) -> dict:
     """What the page shows, shaped for its template."""
     seeds = list(d["seeds"])
-    gen = _band_chart([(f"seed {s}", d["seeds"][s]["curve"]["steps"]) for s in seeds],
-                      "Generator update: training reward per step (band: +- the within-group std)",
-                      "R_disc + lam R_anchor")
+    gen = _band_chart(
+        [(f"seed {s}", d["seeds"][s]["curve"]["steps"]) for s in seeds],
+        "Generator update: training reward per step (band: +- the within-group std)",
+        "R_disc + lam R_anchor",
+    )
     updates = d["policy"].get("updates", {})
-    pol = _band_chart([(name, u["steps"]) for name, u in updates.items()],
-                      "Policy updates: Eq. 12 score per step (band: +- the within-group std)", "score") \
-        if updates else None
+    pol = (
+        _band_chart(
+            [(name, u["steps"]) for name, u in updates.items()],
+            "Policy updates: Eq. 12 score per step (band: +- the within-group std)",
+            "score",
+        )
+        if updates
+        else None
+    )
     deltas = []
     for m, label in METRICS:
         cats = [f"seed {s}" for s in seeds] + ["pooled"]
         pts = [_ci(d["seeds"][s]["GS_minus_G0"][m]) for s in seeds] + [_ci(d["pooled"]["GS_minus_G0"][m])]
-        deltas.append({"metric": m, "label": label, "rows": list(zip(cats, pts)),
-                       "chart": _chart(interval_chart, cats, pts, f"G(S) - G(0), {m}",
-                                       title=f"Held-out change: {label} (95 % bootstrap interval over prompts)")})
+        deltas.append(
+            {
+                "metric": m,
+                "label": label,
+                "rows": list(zip(cats, pts)),
+                "chart": _chart(
+                    interval_chart,
+                    cats,
+                    pts,
+                    f"G(S) - G(0), {m}",
+                    title=f"Held-out change: {label} (95 % bootstrap interval over prompts)",
+                ),
+            }
+        )
     judged = d["policy"].get("judged", {})
     wins = [(name, (m.get("win_rate"), *(m.get("win_rate_ci95") or (None, None)))) for name, m in judged.items()]
-    win_chart = _chart(interval_chart, [n for n, _ in wins], [p for _, p in wins], "win rate (ties count 1/2)",
-                       title="Policy comparisons on held-out prompts (95 % bootstrap interval)",
-                       reference=0.5) if wins else None
-    return {"seeds": seeds, "gen_chart": gen, "pol_chart": pol, "deltas": deltas, "win_chart": win_chart,
-            "judged": judged, "updates": updates}
+    win_chart = (
+        _chart(
+            interval_chart,
+            [n for n, _ in wins],
+            [p for _, p in wins],
+            "win rate (ties count 1/2)",
+            title="Policy comparisons on held-out prompts (95 % bootstrap interval)",
+            reference=0.5,
+        )
+        if wins
+        else None
+    )
+    return {
+        "seeds": seeds,
+        "gen_chart": gen,
+        "pol_chart": pol,
+        "deltas": deltas,
+        "win_chart": win_chart,
+        "judged": judged,
+        "updates": updates,
+    }
 
 
 def render_learning(d: dict, source: str = "") -> str:

@@ -6,7 +6,7 @@ external fonts, scripts or styles). Axis names, tick labels and a legend are alw
 carries a ``<title>`` with its exact value (a browser shows it on hover). Missing values (None) are skipped: a line
 is broken there, a bar is not drawn and its slot says "n/a".
 
-    python -c "from dr_core.report.svg import line_chart; print(line_chart([('gap', [(0, .1), (1, .3)])], 'round', 'gap'))"
+    python -c "from dr_core.report.svg import line_chart as c; print(c([('gap', [(0, .1), (1, .3)])], 'round', 'gap'))"
 """
 
 from __future__ import annotations
@@ -93,7 +93,9 @@ def _legend(labels: Sequence[str], bars: bool = False) -> list[str]:
             out.append(f'<rect x="{x}" y="{TOP - 12}" width="14" height="8" fill="{c}"/>')
         else:
             dash = f' stroke-dasharray="{DASHES[i % len(DASHES)]}"' if DASHES[i % len(DASHES)] else ""
-            out.append(f'<line x1="{x}" y1="{TOP - 8}" x2="{x + 14}" y2="{TOP - 8}" stroke="{c}" stroke-width="2"{dash}/>')
+            out.append(
+                f'<line x1="{x}" y1="{TOP - 8}" x2="{x + 14}" y2="{TOP - 8}" stroke="{c}" stroke-width="2"{dash}/>'
+            )
         out.append(f'<text x="{x + 18}" y="{TOP - 4}">{escape(label)}</text>')
         x += 26 + 6.5 * len(label)
     return out
@@ -102,9 +104,16 @@ def _legend(labels: Sequence[str], bars: bool = False) -> list[str]:
 Band = tuple[float, float, float]
 
 
-def line_chart(series: Sequence[tuple[str, Sequence[Point]]], x_label: str, y_label: str, title: str = "",
-               include_zero: bool = True, x_tick_label: str = "{x}", markers: Sequence[tuple[float, str]] = (),
-               bands: Sequence[Sequence[Band]] = ()) -> str:
+def line_chart(
+    series: Sequence[tuple[str, Sequence[Point]]],
+    x_label: str,
+    y_label: str,
+    title: str = "",
+    include_zero: bool = True,
+    x_tick_label: str = "{x}",
+    markers: Sequence[tuple[float, str]] = (),
+    bands: Sequence[Sequence[Band]] = (),
+) -> str:
     """Lines of (x, y) points, one per named series; y None breaks a line. ``x_tick_label`` formats an x tick
     (e.g. "round {x}"); ``markers`` are labelled vertical lines at x (e.g. where a round starts). Integer xs get a
     tick each (at most 12, else evenly thinned). ``bands[i]``: (x, low, high) points shaded in series i's colour
@@ -131,18 +140,23 @@ def line_chart(series: Sequence[tuple[str, Sequence[Point]]], x_label: str, y_la
     for i, band in enumerate(bands):
         pts = sorted((x, lo, hi) for x, lo, hi in band if lo is not None and hi is not None)
         if len(pts) > 1:
-            edge = [f"{px(x):.1f},{py(hi):.1f}" for x, _, hi in pts] + [f"{px(x):.1f},{py(lo):.1f}"
-                                                                      for x, lo, _ in reversed(pts)]
-            out.append(f'<polygon points="{" ".join(edge)}" fill="{COLORS[i % len(COLORS)]}" fill-opacity="0.15" '
-                       'stroke="none"/>')
+            edge = [f"{px(x):.1f},{py(hi):.1f}" for x, _, hi in pts] + [
+                f"{px(x):.1f},{py(lo):.1f}" for x, lo, _ in reversed(pts)
+            ]
+            out.append(
+                f'<polygon points="{" ".join(edge)}" fill="{COLORS[i % len(COLORS)]}" fill-opacity="0.15" '
+                'stroke="none"/>'
+            )
     tick_xs = xs if len(xs) <= 12 else xs[:: math.ceil(len(xs) / 12)]
     for x in tick_xs:
         out.append(f'<line x1="{px(x):.1f}" y1="{TOP + ph}" x2="{px(x):.1f}" y2="{TOP + ph + 4}" stroke="#333"/>')
         label = x_tick_label.format(x=int(x) if float(x).is_integer() else _fmt(x))
         out.append(f'<text x="{px(x):.1f}" y="{TOP + ph + 16}" text-anchor="middle">{escape(label)}</text>')
     for mx, mlabel in markers:
-        out.append(f'<line x1="{px(mx):.1f}" y1="{TOP}" x2="{px(mx):.1f}" y2="{TOP + ph}" stroke="#999" '
-                   f'stroke-dasharray="3 3"/>')
+        out.append(
+            f'<line x1="{px(mx):.1f}" y1="{TOP}" x2="{px(mx):.1f}" y2="{TOP + ph}" stroke="#999" '
+            f'stroke-dasharray="3 3"/>'
+        )
         out.append(f'<text x="{px(mx) + 3:.1f}" y="{TOP + 10}" fill="#555">{escape(mlabel)}</text>')
     for i, (name, pts) in enumerate(series):
         c = COLORS[i % len(COLORS)]
@@ -155,15 +169,22 @@ def line_chart(series: Sequence[tuple[str, Sequence[Point]]], x_label: str, y_la
                 run = []
                 continue
             run.append(f"{px(x):.1f},{py(y):.1f}")
-            out.append(f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="3.5" fill="{c}"><title>{escape(name)}: '
-                       f'{escape(x_tick_label.format(x=x))} = {y:.4g}</title></circle>')
+            out.append(
+                f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="3.5" fill="{c}"><title>{escape(name)}: '
+                f"{escape(x_tick_label.format(x=x))} = {y:.4g}</title></circle>"
+            )
     out += _legend([name for name, _ in series])
     out.append("</svg>")
     return "\n".join(out)
 
 
-def bar_chart(categories: Sequence[str], groups: Sequence[tuple[str, Sequence[float | None]]], y_label: str,
-              title: str = "", x_label: str = "") -> str:
+def bar_chart(
+    categories: Sequence[str],
+    groups: Sequence[tuple[str, Sequence[float | None]]],
+    y_label: str,
+    title: str = "",
+    x_label: str = "",
+) -> str:
     """Grouped bars: for each category (x), one bar per group (legend), ``groups[g][1][c]`` its height; None draws
     no bar and writes "n/a". Returns the ``<svg>`` element; a ValueError if every value is None."""
     vals = [v for _, vs in groups for v in vs if v is not None]
@@ -176,26 +197,38 @@ def bar_chart(categories: Sequence[str], groups: Sequence[tuple[str, Sequence[fl
     bw = slot * 0.7 / max(len(groups), 1)
     for ci, cat in enumerate(categories):
         x0 = LEFT + ci * slot + slot * 0.15
-        out.append(f'<text x="{LEFT + (ci + 0.5) * slot:.1f}" y="{TOP + ph + 16}" text-anchor="middle">'
-                   f"{escape(cat)}</text>")
+        out.append(
+            f'<text x="{LEFT + (ci + 0.5) * slot:.1f}" y="{TOP + ph + 16}" text-anchor="middle">{escape(cat)}</text>'
+        )
         for gi, (gname, vs) in enumerate(groups):
             v = vs[ci]
             x = x0 + gi * bw
             if v is None:
-                out.append(f'<text x="{x + bw / 2:.1f}" y="{py(0) - 4:.1f}" text-anchor="middle" fill="#777">n/a</text>')
+                out.append(
+                    f'<text x="{x + bw / 2:.1f}" y="{py(0) - 4:.1f}" text-anchor="middle" fill="#777">n/a</text>'
+                )
                 continue
             top, bottom = (py(v), py(0)) if v >= 0 else (py(0), py(v))
-            out.append(f'<rect x="{x:.1f}" y="{top:.1f}" width="{bw * 0.92:.1f}" height="{max(bottom - top, 0.8):.1f}" '
-                       f'fill="{COLORS[gi % len(COLORS)]}"><title>{escape(cat)}, {escape(gname)}: {v:.4g}</title></rect>')
-            out.append(f'<text x="{x + bw * 0.46:.1f}" y="{top - 3:.1f}" text-anchor="middle" font-size="10">'
-                       f"{_fmt(v)}</text>")
+            out.append(
+                f'<rect x="{x:.1f}" y="{top:.1f}" width="{bw * 0.92:.1f}" height="{max(bottom - top, 0.8):.1f}" '
+                f'fill="{COLORS[gi % len(COLORS)]}"><title>{escape(cat)}, {escape(gname)}: {v:.4g}</title></rect>'
+            )
+            out.append(
+                f'<text x="{x + bw * 0.46:.1f}" y="{top - 3:.1f}" text-anchor="middle" font-size="10">{_fmt(v)}</text>'
+            )
     out += _legend([g for g, _ in groups], bars=True)
     out.append("</svg>")
     return "\n".join(out)
 
 
-def interval_chart(categories: Sequence[str], points: Sequence[tuple[float | None, float | None, float | None]],
-                   y_label: str, title: str = "", x_label: str = "", reference: float | None = 0.0) -> str:
+def interval_chart(
+    categories: Sequence[str],
+    points: Sequence[tuple[float | None, float | None, float | None]],
+    y_label: str,
+    title: str = "",
+    x_label: str = "",
+    reference: float | None = 0.0,
+) -> str:
     """One point with its interval per category: ``points[c]`` = (value, low, high); a None value writes "n/a", a
     None interval draws the point alone. ``reference`` draws a dashed horizontal line (e.g. 0 for a difference).
     Returns the ``<svg>`` element; a ValueError if every value is None."""
@@ -206,8 +239,10 @@ def interval_chart(categories: Sequence[str], points: Sequence[tuple[float | Non
     pw, ph, py = _plot_area(y_lo, y_hi)
     out = _frame(title, x_label, y_label, y_lo, y_hi)
     if reference is not None:
-        out.append(f'<line x1="{LEFT}" y1="{py(reference):.1f}" x2="{LEFT + pw}" y2="{py(reference):.1f}" '
-                   'stroke="#c2410c" stroke-dasharray="4 3"/>')
+        out.append(
+            f'<line x1="{LEFT}" y1="{py(reference):.1f}" x2="{LEFT + pw}" y2="{py(reference):.1f}" '
+            'stroke="#c2410c" stroke-dasharray="4 3"/>'
+        )
     slot = pw / len(categories)
     for ci, (cat, (v, lo, hi)) in enumerate(zip(categories, points, strict=True)):
         x = LEFT + (ci + 0.5) * slot
@@ -216,14 +251,20 @@ def interval_chart(categories: Sequence[str], points: Sequence[tuple[float | Non
             out.append(f'<text x="{x:.1f}" y="{TOP + ph / 2:.1f}" text-anchor="middle" fill="#777">n/a</text>')
             continue
         if lo is not None and hi is not None:
-            out.append(f'<line x1="{x:.1f}" y1="{py(lo):.1f}" x2="{x:.1f}" y2="{py(hi):.1f}" stroke="{COLORS[0]}" '
-                       'stroke-width="2"/>')
+            out.append(
+                f'<line x1="{x:.1f}" y1="{py(lo):.1f}" x2="{x:.1f}" y2="{py(hi):.1f}" stroke="{COLORS[0]}" '
+                'stroke-width="2"/>'
+            )
             for end in (lo, hi):
-                out.append(f'<line x1="{x - 6:.1f}" y1="{py(end):.1f}" x2="{x + 6:.1f}" y2="{py(end):.1f}" '
-                           f'stroke="{COLORS[0]}" stroke-width="2"/>')
+                out.append(
+                    f'<line x1="{x - 6:.1f}" y1="{py(end):.1f}" x2="{x + 6:.1f}" y2="{py(end):.1f}" '
+                    f'stroke="{COLORS[0]}" stroke-width="2"/>'
+                )
         shown = f"{v:.4g}" + (f" [{lo:.4g}, {hi:.4g}]" if lo is not None and hi is not None else "")
-        out.append(f'<circle cx="{x:.1f}" cy="{py(v):.1f}" r="4" fill="{COLORS[0]}"><title>{escape(cat)}: '
-                   f"{escape(shown)}</title></circle>")
+        out.append(
+            f'<circle cx="{x:.1f}" cy="{py(v):.1f}" r="4" fill="{COLORS[0]}"><title>{escape(cat)}: '
+            f"{escape(shown)}</title></circle>"
+        )
         out.append(f'<text x="{x + 8:.1f}" y="{py(v) - 4:.1f}" font-size="10">{_fmt(v)}</text>')
     out.append("</svg>")
     return "\n".join(out)

@@ -17,8 +17,9 @@ from dr_core.store.artifacts import SEGMENT_PATTERN, Store
 from dr_core.store.atomic import json_text
 
 
-def write_report(store: Store, run_id: str, out_dir: str | Path, n_examples: int = 3,
-                 warn: Callable[[str], None] | None = None) -> Path:
+def write_report(
+    store: Store, run_id: str, out_dir: str | Path, n_examples: int = 3, warn: Callable[[str], None] | None = None
+) -> Path:
     """Collect ``run_id``'s data from ``store``, write ``out_dir/report.html`` and ``out_dir/report.json`` together
     (atomically: both or neither); return the HTML path. Checked before any query: the run id is valid and in the
     store, ``out_dir`` is (or can be made) a directory. Queries that fail are listed in the page and passed to
@@ -39,11 +40,14 @@ def write_report(store: Store, run_id: str, out_dir: str | Path, n_examples: int
         raise ReportError(f"no run {run_id!r} in store {store.url}; runs there: {', '.join(runs) or '(none)'}")
     d = collect(con, run_id, n_examples)
     if d["errors"] and len(d["errors"]) >= d["queries"]:
-        raise ReportError(f"every one of the report's {d['queries']} queries failed on store {store.url} (nothing "
-                          f"written); first: {d['errors'][0]}")
+        raise ReportError(
+            f"every one of the report's {d['queries']} queries failed on store {store.url} (nothing "
+            f"written); first: {d['errors'][0]}"
+        )
     for e in d["errors"]:
         if warn:
             warn(f"query {e}")
-    atomic.write_all_atomic([(out / "report.json", json_text(d, indent=1, default=str)),
-                             (out / "report.html", render_html(d, store.url))])
+    atomic.write_all_atomic(
+        [(out / "report.json", json_text(d, indent=1, default=str)), (out / "report.html", render_html(d, store.url))]
+    )
     return out / "report.html"

@@ -75,11 +75,10 @@ not (correctness, completeness, following the instructions, safety, clarity). We
 #: How the generator is asked to answer: JSON (grammar-constrained by vLLM structured outputs) or one "[w] criterion"
 #: line per item (free-form GRPO rollouts of small models, which rarely write valid JSON unconstrained).
 JSON_ANSWER_FORMAT = "Answer with JSON only, in this format:\n{example}"
-LINE_RUBRIC_EXAMPLE = (
-    "[5] The response names at least three specific examples.\n"
-    "[2] The response is under 200 words."
+LINE_RUBRIC_EXAMPLE = "[5] The response names at least three specific examples.\n[2] The response is under 200 words."
+LINES_ANSWER_FORMAT = (
+    "One criterion per line: the weight in square brackets, then the criterion. For example:\n{example}"
 )
-LINES_ANSWER_FORMAT = "One criterion per line: the weight in square brackets, then the criterion. For example:\n{example}"
 #: The start of the first line, appended after the chat template's generation prompt for "lines" rollouts: it keeps a
 #: small model in the format (measured on SmolLM2-135M: 16/16 rollouts parse with it, 1/16 with "[" alone). The
 #: first item's weight is therefore 3, the middle of the scale.
@@ -166,7 +165,8 @@ def dynamic_generator_messages(prompt: str, candidates: Sequence[str], answer: s
         candidates=shown,
         min_items=MIN_ITEMS,
         max_items=MAX_GEN_ITEMS,
-        answer_format=JSON_ANSWER_FORMAT.format(example=RUBRIC_EXAMPLE) if answer == "json"
+        answer_format=JSON_ANSWER_FORMAT.format(example=RUBRIC_EXAMPLE)
+        if answer == "json"
         else LINES_ANSWER_FORMAT.format(example=LINE_RUBRIC_EXAMPLE),
     )
     return [{"role": "system", "content": GENERATOR_SYSTEM}, {"role": "user", "content": user}]
@@ -196,8 +196,11 @@ def verifier_messages(
     """
     if style not in VERIFIER_PROMPTS:
         raise ValueError(f"unknown verifier prompt style {style!r}; choose one of {', '.join(VERIFIER_PROMPTS)}")
-    prefix, question = ((VERIFIER_PREFIX_TEMPLATE, VERIFIER_CRITERION_TEMPLATE) if style == "system"
-                        else (VERIFIER_PLAIN_PREFIX_TEMPLATE, VERIFIER_PLAIN_CRITERION_TEMPLATE))
+    prefix, question = (
+        (VERIFIER_PREFIX_TEMPLATE, VERIFIER_CRITERION_TEMPLATE)
+        if style == "system"
+        else (VERIFIER_PLAIN_PREFIX_TEMPLATE, VERIFIER_PLAIN_CRITERION_TEMPLATE)
+    )
     shared = prefix.format(prompt=clip(prompt, PROMPT_CHARS), response=clip(response, VERIFIED_RESPONSE_CHARS))
     varying = question.format(criterion=criterion)
     if style == "plain":
@@ -218,7 +221,8 @@ def policy_messages(prompt: str) -> list[dict]:
     return [{"role": "system", "content": POLICY_SYSTEM}, {"role": "user", "content": prompt}]
 
 
-# -- policy evaluation: the pairwise judge and the reward-model baseline (dr_core/runs/policy_eval.py, reward_model.py) --
+# -- policy evaluation: the pairwise judge and the reward-model baseline (dr_core/runs/policy_eval.py, reward_model.py)
+# --
 #: The judge's only allowed answers (structured choice): the label of the better answer.
 JUDGE_CHOICES = ("A", "B")
 #: Character budgets of a judge prompt: the user prompt and each answer (two answers fit a 4k-token context).

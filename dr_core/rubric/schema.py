@@ -27,8 +27,13 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from dr_core.constants import MAX_CRITERION_CHARS, MAX_ITEMS, WEIGHT_MAX, WEIGHT_MIN
-from dr_core.constants import UNSCORABLE  # noqa: F401  (re-exported: defined in dr_core.constants)
+from dr_core.constants import (
+    MAX_CRITERION_CHARS,
+    MAX_ITEMS,
+    UNSCORABLE,  # noqa: F401  (re-exported: defined in dr_core.constants)
+    WEIGHT_MAX,
+    WEIGHT_MIN,
+)
 
 
 class RubricItemModel(BaseModel):
@@ -62,8 +67,11 @@ def _plain_schema(node, defs: dict):
     for key, value in node.items():
         if key in ("title", "description", "$defs"):
             continue
-        out[key] = ({name: _plain_schema(v, defs) for name, v in value.items()} if key == "properties"
-                    else _plain_schema(value, defs))
+        out[key] = (
+            {name: _plain_schema(v, defs) for name, v in value.items()}
+            if key == "properties"
+            else _plain_schema(value, defs)
+        )
     return out
 
 
@@ -208,7 +216,7 @@ def _strict(text: str) -> Rubric | RubricError:
         return RubricError(reason, str(exc))
     items = data.get("rubrics") if isinstance(data, dict) else data if isinstance(data, list) else None
     if not isinstance(items, list):
-        return RubricError(ParseFailure.WRONG_SHAPE, "expected {\"rubrics\": [...]} or a list of items")
+        return RubricError(ParseFailure.WRONG_SHAPE, 'expected {"rubrics": [...]} or a list of items')
     if not items:
         return RubricError(ParseFailure.EMPTY_LIST)
     if len(items) > MAX_ITEMS:
@@ -231,7 +239,9 @@ _JSON_ITEM = re.compile(
     r'\{\s*"criterion"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"weight"\s*:\s*(-?\d+(?:\.\d+)?)\s*\}'
     r'|\{\s*"weight"\s*:\s*(-?\d+(?:\.\d+)?)\s*,\s*"criterion"\s*:\s*"((?:[^"\\]|\\.)*)"\s*\}'
 )
-_LINE_ITEM = re.compile(r"^\s*(?:[-*]|\d+[.)])?\s*\[\s*(?:w(?:eight)?\s*[:=]?\s*)?(-?\d+)\s*\]\s*(.+?)\s*$", re.I | re.M)
+_LINE_ITEM = re.compile(
+    r"^\s*(?:[-*]|\d+[.)])?\s*\[\s*(?:w(?:eight)?\s*[:=]?\s*)?(-?\d+)\s*\]\s*(.+?)\s*$", re.I | re.M
+)
 _ITEM_START = re.compile(r'\{\s*"(?:criterion|weight)"|^\s*(?:[-*]|\d+[.)])?\s*\[', re.M)
 
 

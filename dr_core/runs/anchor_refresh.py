@@ -62,13 +62,17 @@ def filter_anchors(store: Store, datasets: list[str], min_responses: int) -> dic
     con = store.connect()
     kept = []
     for ds in datasets:
-        ids = set(sql.run(con, "anchor_filter", {"min_responses": min_responses, "dataset": ds})
-                  .column("prompt_id").to_pylist())
+        ids = set(
+            sql.run(con, "anchor_filter", {"min_responses": min_responses, "dataset": ds})
+            .column("prompt_id")
+            .to_pylist()
+        )
         for r in sql.run(con, "anchor_lists", {"dataset": ds}).to_pylist():
             if r["prompt_id"] in ids:
                 scores = None if None in r["scores"] else r["scores"]
-                kept.append({"id": r["prompt_id"], "prompt": r["prompt"], "responses": r["responses"],
-                             "scores": scores})
+                kept.append(
+                    {"id": r["prompt_id"], "prompt": r["prompt"], "responses": r["responses"], "scores": scores}
+                )
     text = "".join(json.dumps({k: v for k, v in r.items() if v is not None}) + "\n" for r in kept)
     path = cache_dir() / "refresh" / f"kept-{hashlib.sha256(text.encode()).hexdigest()[:16]}.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)

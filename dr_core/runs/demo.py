@@ -11,10 +11,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dr_core.scoring.metrics import is_strict_top1, ndcg
 from dr_core.paths import bundled
 from dr_core.rubric.schema import Rubric, RubricItem
 from dr_core.scoring.equations import Scores, anchor_reward, discriminability_reward, mean_ordered_gap, rubric_scores
+from dr_core.scoring.metrics import is_strict_top1, ndcg
 
 
 @dataclass(frozen=True)

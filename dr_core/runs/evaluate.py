@@ -20,12 +20,12 @@ from pathlib import Path
 from typing import Callable, Literal, Sequence
 
 from dr_core.config import EnginesConfig
+from dr_core.constants import UNSCORABLE
 from dr_core.datasets import load
 from dr_core.engines.pool import EnginePool
 from dr_core.evaluator.items import EvalItem, Mode, SetEvaluation
 from dr_core.evaluator.score import evaluate_sets, rubric_record
 from dr_core.scoring.metrics import evaluator_metrics, mean_or_none
-from dr_core.constants import UNSCORABLE
 
 EvalFormat = Literal["pairwise", "listwise", "ranked"]
 EVAL_FORMATS = ("pairwise", "listwise", "ranked")
@@ -72,8 +72,7 @@ def stage_costs(evaluation: SetEvaluation, startup_s: float) -> dict:
     return {
         "startup": {"seconds": startup_s},
         "generation": g.as_dict(),
-        "verification": v.as_dict()
-        | {"verdicts_per_s": (v.requests / v.seconds) if v.seconds else None},
+        "verification": v.as_dict() | {"verdicts_per_s": (v.requests / v.seconds) if v.seconds else None},
     }
 
 
@@ -103,8 +102,13 @@ def run_eval_evaluator(
         log(f"generating {len(items) * seeds} rubrics")
         t0 = time.perf_counter()
         evaluation = evaluate_sets(
-            engines["generator"], engines["verifier"], items, list(range(seeds)),
-            mode=mode, temperature=temperature, max_tokens=max_tokens,
+            engines["generator"],
+            engines["verifier"],
+            items,
+            list(range(seeds)),
+            mode=mode,
+            temperature=temperature,
+            max_tokens=max_tokens,
         )
         wall = time.perf_counter() - t0
         log(
@@ -163,8 +167,13 @@ def run_score(
     try:
         engines = pool.open_roles(config, ("generator", "verifier"))
         evaluation = evaluate_sets(
-            engines["generator"], engines["verifier"], items, list(range(seeds)),
-            mode=mode, temperature=temperature, max_tokens=max_tokens,
+            engines["generator"],
+            engines["verifier"],
+            items,
+            list(range(seeds)),
+            mode=mode,
+            temperature=temperature,
+            max_tokens=max_tokens,
         )
     finally:
         pool.close()

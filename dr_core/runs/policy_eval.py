@@ -14,7 +14,8 @@ win rate = mean outcome over scorable prompts; tie rate = share of 0.5; a 95% pe
 prompts; mean answer lengths (characters; tokens where an engine produced the answer); the judge's position bias.
 
 Verifiable tasks (section 5.2, appendix C.3): the policy answers {"prompt","answer"} prompts and
-``dr_core.evaluator.answers`` checks each final answer (exact, numeric, math via Math-Verify): accuracy, and the baseline
+``dr_core.evaluator.answers`` checks each final answer (exact, numeric, math via Math-Verify): accuracy, and the
+baseline
 checkpoint's when given.
 
     dr eval-policy --policy default --data dr_core/data/policy_eval_arenahard.jsonl --judge default --limit 4 \\
@@ -31,14 +32,14 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from dr_core.evaluator import answers
-from dr_core.evaluator import judge as judge_mod
-from dr_core.evaluator.judge import DEFAULT_PROCEDURE, TIE_THRESHOLD, JudgeProcedure
-from dr_core.rubric import prompts
 from dr_core.config import DEFAULT_MODEL, EngineConfig, engine_config
 from dr_core.datasets import DataError, PromptRow, VerifiableRow, load
 from dr_core.engines import PROMPT_TOO_LONG, Engine
 from dr_core.engines.pool import EnginePool
+from dr_core.evaluator import answers
+from dr_core.evaluator import judge as judge_mod
+from dr_core.evaluator.judge import DEFAULT_PROCEDURE, TIE_THRESHOLD, JudgeProcedure
+from dr_core.rubric import prompts
 
 Log = Callable[[str], None]
 #: Bootstrap resamples and confidence level of the win-rate interval.
@@ -77,8 +78,9 @@ def win_rate_summary(outcomes: Sequence[float | None]) -> dict:
     }
 
 
-def bootstrap_ci(values: Sequence[float], *, n_boot: int = N_BOOT, level: float = CI_LEVEL,
-                 seed: int = 0) -> tuple[float, float] | None:
+def bootstrap_ci(
+    values: Sequence[float], *, n_boot: int = N_BOOT, level: float = CI_LEVEL, seed: int = 0
+) -> tuple[float, float] | None:
     """Percentile bootstrap interval of the mean: resample ``values`` (n,) with replacement ``n_boot`` times,
     take the (1-level)/2 and (1+level)/2 quantiles of the (n_boot,) resampled means. None for no values."""
     x = np.asarray(values, dtype=np.float64)
@@ -107,17 +109,26 @@ class Answer:
     prompt_too_long: bool = False
 
 
-def answer_prompts(engine: Engine, texts: Sequence[str], *, max_tokens: int, temperature: float = 0.0,
-                   seed: int = 0) -> list[Answer]:
+def answer_prompts(
+    engine: Engine, texts: Sequence[str], *, max_tokens: int, temperature: float = 0.0, seed: int = 0
+) -> list[Answer]:
     """The engine's answer to every prompt (policy system prompt; greedy by default), in one batched call."""
-    outs = engine.chat([prompts.policy_messages(t) for t in texts], n=1, temperature=temperature,
-                       max_tokens=max_tokens, seed=seed)
-    return [Answer(o.texts[0], o.completion_tokens[0], o.truncated[0], o.finish_reasons[0] == PROMPT_TOO_LONG)
-            for o in outs]
+    outs = engine.chat(
+        [prompts.policy_messages(t) for t in texts], n=1, temperature=temperature, max_tokens=max_tokens, seed=seed
+    )
+    return [
+        Answer(o.texts[0], o.completion_tokens[0], o.truncated[0], o.finish_reasons[0] == PROMPT_TOO_LONG) for o in outs
+    ]
 
 
-def pairwise_metrics(policy: Sequence[Answer], baseline: Sequence[Answer], verdicts: Sequence[dict],
-                     judge_info: dict | None = None, *, seed: int = 0) -> tuple[dict, list]:
+def pairwise_metrics(
+    policy: Sequence[Answer],
+    baseline: Sequence[Answer],
+    verdicts: Sequence[dict],
+    judge_info: dict | None = None,
+    *,
+    seed: int = 0,
+) -> tuple[dict, list]:
     """Win rate, tie rate, bootstrap interval, lengths and judge diagnostics; plus per-prompt outcomes. Pure.
     ``verdicts``: one {"outcome", ...} per prompt (``judge.judge_both_orders``); ``judge_info`` its diagnostics.
     A prompt whose policy or baseline prompt did not fit the context is unscorable, whatever the judge said."""
@@ -142,13 +153,27 @@ def pairwise_metrics(policy: Sequence[Answer], baseline: Sequence[Answer], verdi
     }, outcomes
 
 
-def judge_and_score(judge: Engine, rows: Sequence[PromptRow], policy: Sequence[Answer],
-                    baseline: Sequence[Answer], *, seed: int = 0, procedure: JudgeProcedure = DEFAULT_PROCEDURE,
-                    threshold: float = TIE_THRESHOLD, log: Log = _quiet) -> tuple[dict, list[dict]]:
+def judge_and_score(
+    judge: Engine,
+    rows: Sequence[PromptRow],
+    policy: Sequence[Answer],
+    baseline: Sequence[Answer],
+    *,
+    seed: int = 0,
+    procedure: JudgeProcedure = DEFAULT_PROCEDURE,
+    threshold: float = TIE_THRESHOLD,
+    log: Log = _quiet,
+) -> tuple[dict, list[dict]]:
     """Judge every (policy, baseline) answer pair in both orders; return (metrics, one record per prompt)."""
     t0 = time.perf_counter()
-    verdicts, info = judge_mod.judge_both_orders(judge, [r.prompt for r in rows], [p.text for p in policy],
-                                                 [b.text for b in baseline], procedure=procedure, threshold=threshold)
+    verdicts, info = judge_mod.judge_both_orders(
+        judge,
+        [r.prompt for r in rows],
+        [p.text for p in policy],
+        [b.text for b in baseline],
+        procedure=procedure,
+        threshold=threshold,
+    )
     judge_s = time.perf_counter() - t0
     log(f"judge gave {2 * len(rows)} verdicts in {judge_s:.1f} s ({info['judge_procedure']})")
     if info["judge_fallback"]:
@@ -157,8 +182,17 @@ def judge_and_score(judge: Engine, rows: Sequence[PromptRow], policy: Sequence[A
     metrics["judge"] = judge.model_name
     metrics["judge_seconds"] = round(judge_s, 2)
     records = [
-        {"id": r.id, "prompt": r.prompt, "policy": p.text, "baseline": b.text, "policy_truncated": p.truncated,
-         "judge_policy_as_a": v["as_a"], "judge_policy_as_b": v["as_b"], "judge_d": v["d"], "outcome": o}
+        {
+            "id": r.id,
+            "prompt": r.prompt,
+            "policy": p.text,
+            "baseline": b.text,
+            "policy_truncated": p.truncated,
+            "judge_policy_as_a": v["as_a"],
+            "judge_policy_as_b": v["as_b"],
+            "judge_d": v["d"],
+            "outcome": o,
+        }
         for r, p, b, v, o in zip(rows, policy, baseline, verdicts, outcomes)
     ]
     return metrics, records
@@ -172,16 +206,27 @@ def fixed_baseline(rows: Sequence[PromptRow]) -> list[Answer]:
     return [Answer(r.baseline) for r in rows]
 
 
-def evaluate_pairwise(policy: Engine, judge: Engine, rows: Sequence[PromptRow], *,
-                      baseline: Engine | None = None, max_tokens: int = 256, seed: int = 0,
-                      procedure: JudgeProcedure = DEFAULT_PROCEDURE, threshold: float = TIE_THRESHOLD,
-                      log: Log = _quiet) -> tuple[dict, list[dict]]:
+def evaluate_pairwise(
+    policy: Engine,
+    judge: Engine,
+    rows: Sequence[PromptRow],
+    *,
+    baseline: Engine | None = None,
+    max_tokens: int = 256,
+    seed: int = 0,
+    procedure: JudgeProcedure = DEFAULT_PROCEDURE,
+    threshold: float = TIE_THRESHOLD,
+    log: Log = _quiet,
+) -> tuple[dict, list[dict]]:
     """Answer ``rows`` with ``policy`` (and ``baseline`` when given, else use each row's ``baseline`` answer), judge
     every pair in both orders, return (metrics, one record per prompt)."""
     texts = [r.prompt for r in rows]
     pol = answer_prompts(policy, texts, max_tokens=max_tokens, seed=seed)
-    base = (answer_prompts(baseline, texts, max_tokens=max_tokens, seed=seed) if baseline is not None
-            else fixed_baseline(rows))
+    base = (
+        answer_prompts(baseline, texts, max_tokens=max_tokens, seed=seed)
+        if baseline is not None
+        else fixed_baseline(rows)
+    )
     return judge_and_score(judge, rows, pol, base, seed=seed, procedure=procedure, threshold=threshold, log=log)
 
 
@@ -190,9 +235,14 @@ def eval_rows(metrics: dict, *, benchmark: str, checkpoint: str, judge: str, see
     a value that could not be computed is NULL."""
     ci = metrics.get("win_rate_ci95") or [None, None]
     values = {
-        "win_rate": metrics["win_rate"], "tie_rate": metrics["tie_rate"], "win_rate_ci_low": ci[0],
-        "win_rate_ci_high": ci[1], "n": metrics["n"], "unscorable": metrics["unscorable"],
-        "policy_mean_chars": metrics["policy_mean_chars"], "baseline_mean_chars": metrics["baseline_mean_chars"],
+        "win_rate": metrics["win_rate"],
+        "tie_rate": metrics["tie_rate"],
+        "win_rate_ci_low": ci[0],
+        "win_rate_ci_high": ci[1],
+        "n": metrics["n"],
+        "unscorable": metrics["unscorable"],
+        "policy_mean_chars": metrics["policy_mean_chars"],
+        "baseline_mean_chars": metrics["baseline_mean_chars"],
         "judge_position_a_rate": metrics.get("judge_position_a_rate"),
         "judge_position_bias": metrics.get("judge_position_bias"),
     }
@@ -214,8 +264,9 @@ def load_verifiable(path: str | Path, task: str, limit: int | None = None) -> li
     return rows[:limit] if limit else rows
 
 
-def score_verifiable(rows: Sequence[VerifiableRow], task: str,
-                     runs: dict[str, Sequence[Answer]]) -> tuple[dict, list[dict]]:
+def score_verifiable(
+    rows: Sequence[VerifiableRow], task: str, runs: dict[str, Sequence[Answer]]
+) -> tuple[dict, list[dict]]:
     """Accuracy of each run's final answers ({"policy": answers, "baseline": answers?}), per-prompt records. Pure
     (Math-Verify aside)."""
     metrics: dict = {"n": len(rows), "task": task}
@@ -248,8 +299,9 @@ def engine_spec(spec: str, *, max_model_len: int = 4096, api_key: str | None = N
     the server's only model). ConfigError (a ValueError) with the fix otherwise."""
     if spec.startswith(("http://", "https://")):
         url, _, name = spec.partition("#")
-        return engine_config(kind="openai_http", base_url=url, model=name or DEFAULT_MODEL,
-                             **({"api_key": api_key} if api_key else {}))
+        return engine_config(
+            kind="openai_http", base_url=url, model=name or DEFAULT_MODEL, **({"api_key": api_key} if api_key else {})
+        )
     return engine_config(model=spec, max_model_len=max_model_len)
 
 
@@ -283,8 +335,9 @@ def answers_from_file(rows: Sequence, path: str | Path, who: str) -> list[Answer
     for r in rows:
         a = given.get(r.id)
         if a is None:
-            raise DataError(path, 0, "id", f"no {who} answer with id {r.id!r} (the prompt on line {r.line} of the "
-                            "data file)")
+            raise DataError(
+                path, 0, "id", f"no {who} answer with id {r.id!r} (the prompt on line {r.line} of the data file)"
+            )
         out.append(Answer(a.answer))
     return out
 
@@ -294,8 +347,9 @@ def baseline_from_file(rows: Sequence[PromptRow], path: str | Path) -> list[Prom
     the policy_eval format ({"id","prompt","baseline"}). DataError for a prompt with no row in ``path`` (naming the
     prompt's id) or a row without a ``baseline`` (naming its line)."""
     if "answer" in _first_object(path):
-        return [PromptRow(r.id, r.prompt, a.text, r.line) for r, a in zip(rows, answers_from_file(rows, path,
-                                                                                                  "baseline"))]
+        return [
+            PromptRow(r.id, r.prompt, a.text, r.line) for r, a in zip(rows, answers_from_file(rows, path, "baseline"))
+        ]
     given = {r.id: r for r in load(path, "policy_eval")}
     out = []
     for r in rows:
@@ -308,11 +362,22 @@ def baseline_from_file(rows: Sequence[PromptRow], path: str | Path) -> list[Prom
     return out
 
 
-def run_eval_policy(*, policy: str, data: str | Path, judge: str | None = None, baseline: str | None = None,
-                    task: str | None = None, limit: int | None = None, max_tokens: int = 256, seed: int = 0,
-                    max_model_len: int = 4096, api_key: str | None = None,
-                    procedure: JudgeProcedure = DEFAULT_PROCEDURE, threshold: float = TIE_THRESHOLD,
-                    log: Log = _quiet) -> tuple[dict, list[dict]]:
+def run_eval_policy(
+    *,
+    policy: str,
+    data: str | Path,
+    judge: str | None = None,
+    baseline: str | None = None,
+    task: str | None = None,
+    limit: int | None = None,
+    max_tokens: int = 256,
+    seed: int = 0,
+    max_model_len: int = 4096,
+    api_key: str | None = None,
+    procedure: JudgeProcedure = DEFAULT_PROCEDURE,
+    threshold: float = TIE_THRESHOLD,
+    log: Log = _quiet,
+) -> tuple[dict, list[dict]]:
     """What ``dr eval-policy`` does: validate every input first (data file, answers files, engine words), then
     answer, judge or check, and return (metrics, per-prompt records). Nothing is written here.
 
@@ -320,8 +385,7 @@ def run_eval_policy(*, policy: str, data: str | Path, judge: str | None = None, 
     is generated). Phases run one after another (policy answers, baseline answers, judge); an engine is closed as
     soon as no later phase needs it, and shared when two roles name the same model."""
     if procedure not in judge_mod.JUDGE_PROCEDURES:
-        raise ValueError(f"--judge-procedure must be one of {', '.join(judge_mod.JUDGE_PROCEDURES)}, "
-                         f"got {procedure!r}")
+        raise ValueError(f"--judge-procedure must be one of {', '.join(judge_mod.JUDGE_PROCEDURES)}, got {procedure!r}")
     if not threshold >= 0:
         raise ValueError(f"--tie-threshold must be >= 0, got {threshold}")
     pol_cfg = base_cfg = judge_cfg = None
@@ -329,8 +393,10 @@ def run_eval_policy(*, policy: str, data: str | Path, judge: str | None = None, 
     if task is not None:
         rows = load_verifiable(data, task, limit)
         if baseline is not None and not is_checkpoint_spec(baseline):
-            raise ValueError(f"--baseline {baseline!r}: verifiable tasks compare against a model (default, a "
-                             "checkpoint directory or a URL), not an answers file")
+            raise ValueError(
+                f"--baseline {baseline!r}: verifiable tasks compare against a model (default, a "
+                "checkpoint directory or a URL), not an answers file"
+            )
     else:
         if judge is None:
             raise ValueError("--judge is required for pairwise evaluation (default, a checkpoint or a URL)")
@@ -340,8 +406,13 @@ def run_eval_policy(*, policy: str, data: str | Path, judge: str | None = None, 
         elif baseline is None:
             missing = [r for r in rows if r.baseline is None]
             if missing:
-                raise DataError(data, missing[0].line, "baseline", f"missing (id {missing[0].id!r}; "
-                                f"{len(missing)} row(s) without one): add the field or pass --baseline CKPT|FILE")
+                raise DataError(
+                    data,
+                    missing[0].line,
+                    "baseline",
+                    f"missing (id {missing[0].id!r}; "
+                    f"{len(missing)} row(s) without one): add the field or pass --baseline CKPT|FILE",
+                )
     if is_checkpoint_spec(policy):
         pol_cfg = engine_spec(policy, max_model_len=max_model_len, api_key=api_key)
     elif Path(policy).suffix in (".jsonl", ".json") or Path(policy).is_file():
@@ -349,8 +420,9 @@ def run_eval_policy(*, policy: str, data: str | Path, judge: str | None = None, 
     else:
         pol_cfg = engine_spec(policy, max_model_len=max_model_len, api_key=api_key)  # ConfigError naming the word
     if task is None:
-        judge_cfg = judge_mod.judge_engine_config(engine_spec(judge, max_model_len=max_model_len, api_key=api_key),
-                                                  procedure)
+        judge_cfg = judge_mod.judge_engine_config(
+            engine_spec(judge, max_model_len=max_model_len, api_key=api_key), procedure
+        )
     if baseline is not None and is_checkpoint_spec(baseline):
         base_cfg = engine_spec(baseline, max_model_len=max_model_len, api_key=api_key)
     log(f"{len(rows)} prompts from {data}")
@@ -373,13 +445,29 @@ def run_eval_policy(*, policy: str, data: str | Path, judge: str | None = None, 
             metrics, records = score_verifiable(rows, task, runs)
         else:
             base = runs.get("baseline") or fixed_baseline(rows)
-            metrics, records = judge_and_score(engines.get(judge_cfg), rows, runs["policy"], base, seed=seed,
-                                               procedure=procedure, threshold=threshold, log=log)
+            metrics, records = judge_and_score(
+                engines.get(judge_cfg),
+                rows,
+                runs["policy"],
+                base,
+                seed=seed,
+                procedure=procedure,
+                threshold=threshold,
+                log=log,
+            )
     finally:
         engines.close()
-    metrics.update({
-        "input": str(data), "limit": limit, "max_tokens": max_tokens, "seed": seed, "policy": names["policy"],
-        "baseline": names.get("baseline") or (f"file:{baseline}" if baseline else None if task else "data:baseline"),
-        "startup_seconds": round(engines.startup_s, 2), "seconds": round(time.perf_counter() - t0, 2),
-    })
+    metrics.update(
+        {
+            "input": str(data),
+            "limit": limit,
+            "max_tokens": max_tokens,
+            "seed": seed,
+            "policy": names["policy"],
+            "baseline": names.get("baseline")
+            or (f"file:{baseline}" if baseline else None if task else "data:baseline"),
+            "startup_seconds": round(engines.startup_s, 2),
+            "seconds": round(time.perf_counter() - t0, 2),
+        }
+    )
     return metrics, records

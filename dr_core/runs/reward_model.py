@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
-from dr_core.rubric import prompts
 from dr_core.evaluator.items import EvalItem
+from dr_core.rubric import prompts
 from dr_core.scoring.metrics import score_list_metrics
 
 Log = Callable[[str], None]
@@ -36,8 +36,15 @@ def check_checkpoint(path: str | Path) -> None:
 class RewardModel:
     """A loaded scalar reward model: ``score(messages_list) -> list[float]`` (one float per conversation)."""
 
-    def __init__(self, path: str | Path, *, max_length: int = 4096, batch_size: int = 4, device: str | None = None,
-                 dtype: str = "float32"):
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        max_length: int = 4096,
+        batch_size: int = 4,
+        device: str | None = None,
+        dtype: str = "float32",
+    ):
         path = Path(path).expanduser()
         check_checkpoint(path)
         import torch
@@ -48,7 +55,9 @@ class RewardModel:
             raise RewardModelError(f"{path}: num_labels={config.num_labels}; a scalar reward model has exactly 1")
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.tokenizer = AutoTokenizer.from_pretrained(path)
-        self.model = AutoModelForSequenceClassification.from_pretrained(path, dtype=getattr(torch, dtype)).to(self.device)
+        self.model = AutoModelForSequenceClassification.from_pretrained(path, dtype=getattr(torch, dtype)).to(
+            self.device
+        )
         self.model.eval()
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
@@ -71,9 +80,15 @@ class RewardModel:
 
         out: list[float] = []
         for i in range(0, len(conversations), self.batch_size):
-            texts = [self._text(c) for c in conversations[i: i + self.batch_size]]
-            enc = self.tokenizer(texts, return_tensors="pt", padding=True, truncation=True,
-                                 max_length=self.max_length, add_special_tokens=False).to(self.device)
+            texts = [self._text(c) for c in conversations[i : i + self.batch_size]]
+            enc = self.tokenizer(
+                texts,
+                return_tensors="pt",
+                padding=True,
+                truncation=True,
+                max_length=self.max_length,
+                add_special_tokens=False,
+            ).to(self.device)
             with torch.no_grad():
                 logits = self.model(**enc).logits
             out.extend(float(x) for x in logits[:, 0].float().cpu())
@@ -85,12 +100,14 @@ def score_items(rm: RewardModel, items: Sequence[EvalItem], *, with_responses: b
     convs, shape = [], []
     for it in items:
         shape.append(len(it.candidates))
-        convs += [prompts.reward_model_messages(it.prompt, c, it.candidates if with_responses else None)
-                  for c in it.candidates]
+        convs += [
+            prompts.reward_model_messages(it.prompt, c, it.candidates if with_responses else None)
+            for c in it.candidates
+        ]
     flat = rm.score(convs)
     out, k = [], 0
     for n in shape:
-        out.append(flat[k: k + n])
+        out.append(flat[k : k + n])
         k += n
     return out
 
@@ -99,16 +116,30 @@ def score_metrics(fmt: str, scores: Sequence[Sequence[float]], relevance: Sequen
     """Strict accuracy, ties and (lists) nDCG of score lists whose candidate 0 is the annotated best
     (``dr_core.scoring.metrics.score_list_metrics``; a reward model always scores, so nothing is unscorable). Pure."""
     m = score_list_metrics(fmt, scores, relevance)
-    metrics = {"n": len(scores), "format": fmt, "accuracy": m["accuracy"], "chance_accuracy": m["chance_accuracy"],
-               "ties": m["ties"], "unscorable": 0.0}
+    metrics = {
+        "n": len(scores),
+        "format": fmt,
+        "accuracy": m["accuracy"],
+        "chance_accuracy": m["chance_accuracy"],
+        "ties": m["ties"],
+        "unscorable": 0.0,
+    }
     if fmt != "pairwise":
         metrics["ndcg"] = m["ndcg"]
     return metrics
 
 
-def run_eval_reward_model(path: str | Path, fmt: str, *, reward_model: str | Path, with_responses: bool = False,
-                          limit: int | None = None, max_length: int = 4096, batch_size: int = 4,
-                          log: Log = lambda _m: None) -> dict:
+def run_eval_reward_model(
+    path: str | Path,
+    fmt: str,
+    *,
+    reward_model: str | Path,
+    with_responses: bool = False,
+    limit: int | None = None,
+    max_length: int = 4096,
+    batch_size: int = 4,
+    log: Log = lambda _m: None,
+) -> dict:
     """``dr eval-evaluator --mode reward-model``: validate the data, load the model, score, return the metrics."""
     from dr_core.runs.evaluate import eval_items
 
@@ -117,15 +148,22 @@ def run_eval_reward_model(path: str | Path, fmt: str, *, reward_model: str | Pat
     t0 = time.perf_counter()
     rm = RewardModel(reward_model, max_length=max_length, batch_size=batch_size)
     startup = time.perf_counter() - t0
-    log(f"scoring {sum(len(i.candidates) for i in items)} candidates with {reward_model}"
-        f"{' (with the response set)' if with_responses else ''}")
+    log(
+        f"scoring {sum(len(i.candidates) for i in items)} candidates with {reward_model}"
+        f"{' (with the response set)' if with_responses else ''}"
+    )
     t1 = time.perf_counter()
     scores = score_items(rm, items, with_responses=with_responses)
     metrics = score_metrics(fmt, scores, relevance)
-    metrics.update({
-        "mode": "reward-model-with-responses" if with_responses else "reward-model",
-        "input": str(path), "limit": limit, "models": {"reward_model": rm.model_name},
-        "seconds": time.perf_counter() - t1, "costs": {"startup": {"seconds": startup}},
-        "scores": scores,
-    })
+    metrics.update(
+        {
+            "mode": "reward-model-with-responses" if with_responses else "reward-model",
+            "input": str(path),
+            "limit": limit,
+            "models": {"reward_model": rm.model_name},
+            "seconds": time.perf_counter() - t1,
+            "costs": {"startup": {"seconds": startup}},
+            "scores": scores,
+        }
+    )
     return metrics

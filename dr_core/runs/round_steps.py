@@ -25,20 +25,17 @@ import numpy as np
 import pyarrow as pa
 
 from dr_core import faults
-from dr_core.rubric import prompts
-from dr_core.scoring import signals
-from dr_core.store import sql
+from dr_core.constants import UNSCORABLE
 from dr_core.datasets import load, load_ranked
 from dr_core.engines import Engine
 from dr_core.evaluator.generate import generate_rubrics
 from dr_core.evaluator.items import Check, EvalItem
 from dr_core.evaluator.score import evaluate_sets
 from dr_core.evaluator.verify import verify
-from dr_core.scoring.metrics import avg_at_k
 from dr_core.paths import bundled
 from dr_core.presets import RoundConfig
-from dr_core.constants import UNSCORABLE
-from dr_core.store.schemas import spec
+from dr_core.rubric import prompts
+from dr_core.scoring import signals
 from dr_core.scoring.equations import (
     anchor_reward,
     combined_advantages,
@@ -47,6 +44,9 @@ from dr_core.scoring.equations import (
     mean_ordered_gap,
     rubric_scores,
 )
+from dr_core.scoring.metrics import avg_at_k
+from dr_core.store import sql
+from dr_core.store.schemas import spec
 
 Rows = list[dict]
 
@@ -81,38 +81,70 @@ def select_inputs(cfg: RoundConfig) -> tuple[Rows, Rows]:
     ranked = load_ranked(path)
     ds = dataset_name(cfg.anchors)
     rows = [
-        {"dataset": ds, "prompt_id": r.id, "prompt": r.prompt, "rank": i + 1, "response": resp, "source": r.source,
-         "score": r.scores[i] if r.scores else None}
-        for r in ranked for i, resp in enumerate(r.responses)
+        {
+            "dataset": ds,
+            "prompt_id": r.id,
+            "prompt": r.prompt,
+            "rank": i + 1,
+            "response": resp,
+            "source": r.source,
+            "score": r.scores[i] if r.scores else None,
+        }
+        for r in ranked
+        for i, resp in enumerate(r.responses)
     ]
     table = pa.Table.from_pylist(rows, schema=spec("anchors").schema)
-    kept = set(sql.run_on_tables("anchor_filter", {"anchors": table}, {"min_responses": cfg.min_anchor_responses})
-               .column("prompt_id").to_pylist())
+    kept = set(
+        sql.run_on_tables("anchor_filter", {"anchors": table}, {"min_responses": cfg.min_anchor_responses})
+        .column("prompt_id")
+        .to_pylist()
+    )
     chosen = [r for r in ranked if r.id in kept][: cfg.n_prompts]
     if not chosen:
         raise ValueError(f"{path}: no anchor list passes sql/anchor_filter (min_responses={cfg.min_anchor_responses})")
     prompt_rows = [{"dataset": ds, "prompt_id": r.id, "prompt": r.prompt, "baseline": None} for r in chosen]
     anchor_rows = [
-        {"dataset": ds, "prompt_id": r.id, "prompt": r.prompt, "rank": rank, "response": r.responses[rank - 1],
-         "source": r.source, "score": r.scores[rank - 1] if r.scores else None}
-        for r in chosen for rank in spread_ranks(len(r.responses), cfg.n_anchor)
+        {
+            "dataset": ds,
+            "prompt_id": r.id,
+            "prompt": r.prompt,
+            "rank": rank,
+            "response": r.responses[rank - 1],
+            "source": r.source,
+            "score": r.scores[rank - 1] if r.scores else None,
+        }
+        for r in chosen
+        for rank in spread_ranks(len(r.responses), cfg.n_anchor)
     ]
     return prompt_rows, anchor_rows
 
 
-def sample_sets(policy: Engine, prompt_rows: Rows, cfg: RoundConfig, policy_ckpt: str, stage: str,
-                set_offset: int = 0) -> Rows:
+def sample_sets(
+    policy: Engine, prompt_rows: Rows, cfg: RoundConfig, policy_ckpt: str, stage: str, set_offset: int = 0
+) -> Rows:
     """K responses per prompt (set_id = the prompt's position in the round: ``set_offset`` + its position here, for
     a shard of the round's prompts, dr_core/runs/shards.py), in one batched engine call."""
     outs = policy.chat(
         [prompts.policy_messages(p["prompt"]) for p in prompt_rows],
-        n=cfg.k, temperature=cfg.policy_temperature, max_tokens=cfg.policy_max_tokens, seed=cfg.seed,
+        n=cfg.k,
+        temperature=cfg.policy_temperature,
+        max_tokens=cfg.policy_max_tokens,
+        seed=cfg.seed,
     )
     faults.fault_point("sample", stage)  # DR_FAULT hook (dr_core/faults.py): model work done, nothing written
     return [
-        {"stage": stage, "set_id": s, "prompt_id": p["prompt_id"], "response_idx": j, "policy_ckpt": policy_ckpt,
-         "response": text, "prompt_tokens": out.prompt_tokens, "response_tokens": out.completion_tokens[j]}
-        for s, (p, out) in enumerate(zip(prompt_rows, outs), set_offset) for j, text in enumerate(out.texts)
+        {
+            "stage": stage,
+            "set_id": s,
+            "prompt_id": p["prompt_id"],
+            "response_idx": j,
+            "policy_ckpt": policy_ckpt,
+            "response": text,
+            "prompt_tokens": out.prompt_tokens,
+            "response_tokens": out.completion_tokens[j],
+        }
+        for s, (p, out) in enumerate(zip(prompt_rows, outs), set_offset)
+        for j, text in enumerate(out.texts)
     ]
 
 
@@ -128,16 +160,18 @@ def _sets(prompt_rows: Rows, sample_rows: Rows) -> dict[int, tuple[str, list[str
     }
 
 
-def generate_rubric_rows(generator: Engine, prompt_rows: Rows, sample_rows: Rows, cfg: RoundConfig,
-                         generator_ckpt: str, stage: str) -> tuple[Rows, dict]:
+def generate_rubric_rows(
+    generator: Engine, prompt_rows: Rows, sample_rows: Rows, cfg: RoundConfig, generator_ckpt: str, stage: str
+) -> tuple[Rows, dict]:
     """``rubric_rollouts`` rubric lists per set (structured JSON output); a rollout with no usable rubric is one row
     with item NULL and its error. Returns (rubric rows, stage cost)."""
     sets = _sets(prompt_rows, sample_rows)
     ids = list(sets)
     items = [EvalItem(sets[s][0], tuple(sets[s][1])) for s in ids]
     seeds = [cfg.seed + r for r in range(cfg.rubric_rollouts)]
-    gens, stats = generate_rubrics(generator, items, seeds, temperature=cfg.generator_temperature,
-                                   max_tokens=cfg.generator_max_tokens)
+    gens, stats = generate_rubrics(
+        generator, items, seeds, temperature=cfg.generator_temperature, max_tokens=cfg.generator_max_tokens
+    )
     faults.fault_point("generate-rubrics", stage)  # DR_FAULT hook (dr_core/faults.py)
     rows = []
     for s, per_seed in zip(ids, gens):
@@ -146,8 +180,10 @@ def generate_rubric_rows(generator: Engine, prompt_rows: Rows, sample_rows: Rows
             if g.rubric is None:
                 rows.append({**base, "item": None, "criterion": None, "weight": None, "error": g.error})
             else:
-                rows.extend({**base, "item": m, "criterion": it.criterion, "weight": it.weight, "error": None}
-                            for m, it in enumerate(g.rubric.items))
+                rows.extend(
+                    {**base, "item": m, "criterion": it.criterion, "weight": it.weight, "error": None}
+                    for m, it in enumerate(g.rubric.items)
+                )
     return rows, stats.as_dict()
 
 
@@ -162,7 +198,9 @@ def _rubrics(rubric_rows: Rows) -> dict[tuple[int, int], list[dict]]:
     return {k: sorted(v, key=lambda r: r["item"]) for k, v in out.items()}
 
 
-def _targets(prompt_rows: Rows, sample_rows: Rows, anchor_rows: Rows) -> dict[int, tuple[str, list[tuple[str, int, str]]]]:
+def _targets(
+    prompt_rows: Rows, sample_rows: Rows, anchor_rows: Rows
+) -> dict[int, tuple[str, list[tuple[str, int, str]]]]:
     """set_id -> (prompt, [(target, response number, text)]): the set C, then the anchor list by rank."""
     by_prompt: dict[str, list[dict]] = defaultdict(list)
     for a in anchor_rows:
@@ -171,12 +209,22 @@ def _targets(prompt_rows: Rows, sample_rows: Rows, anchor_rows: Rows) -> dict[in
     out = {}
     for s, (prompt, responses) in _sets(prompt_rows, sample_rows).items():
         anchors = sorted(by_prompt.get(pid[s], []), key=lambda a: a["rank"])
-        out[s] = (prompt, [("C", j, t) for j, t in enumerate(responses)] + [("anchor", a["rank"], a["response"]) for a in anchors])
+        out[s] = (
+            prompt,
+            [("C", j, t) for j, t in enumerate(responses)] + [("anchor", a["rank"], a["response"]) for a in anchors],
+        )
     return out
 
 
-def verify_sets(verifier: Engine, prompt_rows: Rows, sample_rows: Rows, anchor_rows: Rows, rubric_rows: Rows,
-                verifier_name: str, stage: str) -> tuple[Rows, dict]:
+def verify_sets(
+    verifier: Engine,
+    prompt_rows: Rows,
+    sample_rows: Rows,
+    anchor_rows: Rows,
+    rubric_rows: Rows,
+    verifier_name: str,
+    stage: str,
+) -> tuple[Rows, dict]:
     """The verifier's answer for every rubric item on every response of C and of the anchor list (one batched
     call; checks sharing a response are adjacent, so the prefix cache serves them). NULL verdict = unscorable."""
     targets = _targets(prompt_rows, sample_rows, anchor_rows)
@@ -190,8 +238,16 @@ def verify_sets(verifier: Engine, prompt_rows: Rows, sample_rows: Rows, anchor_r
     verdicts, stats = verify(verifier, checks)
     faults.fault_point("verify", stage)  # DR_FAULT hook (dr_core/faults.py)
     rows = [
-        {"stage": stage, "set_id": s, "rollout": rollout, "item": m, "target": target, "response": number,
-         "verdict": None if v is UNSCORABLE else bool(v), "verifier": verifier_name}
+        {
+            "stage": stage,
+            "set_id": s,
+            "rollout": rollout,
+            "item": m,
+            "target": target,
+            "response": number,
+            "verdict": None if v is UNSCORABLE else bool(v),
+            "verifier": verifier_name,
+        }
         for (s, rollout, m, target, number), v in zip(keys, verdicts)
     ]
     return rows, stats.as_dict()
@@ -216,8 +272,9 @@ def score_sets(rubric_rows: Rows, verdict_rows: Rows, stage: str) -> tuple[Rows,
             matrix = [[_bit(cell.get((s, rollout, target, n, it["item"]))) for it in items] for n in numbers]
             scores = rubric_scores(weights, matrix)
             for n, sc in zip(numbers, scores):
-                score_rows.append({"stage": stage, "set_id": s, "rollout": rollout, "target": target, "response": n,
-                                   "score": sc})
+                score_rows.append(
+                    {"stage": stage, "set_id": s, "rollout": rollout, "target": target, "response": n, "score": sc}
+                )
             if target == "C" and items and numbers:
                 reward["r_disc"] = discriminability_reward(weights, matrix)
             if target == "anchor" and len(numbers) >= 2:
@@ -264,8 +321,9 @@ def anchor_gaps(score_rows: Rows) -> list[float]:
     return gaps
 
 
-def evaluate_evaluator(generator: Engine, verifier: Engine, cfg: RoundConfig, checkpoint: str,
-                       verifier_name: str) -> tuple[Rows, dict]:
+def evaluate_evaluator(
+    generator: Engine, verifier: Engine, cfg: RoundConfig, checkpoint: str, verifier_name: str
+) -> tuple[Rows, dict]:
     """Strict accuracy (and ties, unscorable; nDCG for lists) of generator + verifier on ``cfg.eval_data``, one
     eval row per (seed, metric) plus the AVG@N rows (seed -1). Returns (eval rows, metrics dict)."""
     from dr_core.runs.evaluate import eval_items
@@ -273,12 +331,15 @@ def evaluate_evaluator(generator: Engine, verifier: Engine, cfg: RoundConfig, ch
 
     _, items, relevance = eval_items(resolve_data(cfg.eval_data), cfg.eval_format, cfg.eval_limit)
     seeds = list(range(cfg.seed, cfg.seed + cfg.eval_seeds))
-    ev = evaluate_sets(generator, verifier, items, seeds, temperature=cfg.generator_temperature,
-                       max_tokens=cfg.generator_max_tokens)
+    ev = evaluate_sets(
+        generator, verifier, items, seeds, temperature=cfg.generator_temperature, max_tokens=cfg.generator_max_tokens
+    )
     metrics = evaluator_metrics(cfg.eval_format, ev, relevance)
     bench = dataset_name(cfg.eval_data)
     base = {"benchmark": bench, "checkpoint": checkpoint, "verifier": verifier_name}
-    rows = [{**base, "seed": seeds[i], "metric": "accuracy", "value": a} for i, a in enumerate(metrics["accuracy_per_seed"])]
+    rows = [
+        {**base, "seed": seeds[i], "metric": "accuracy", "value": a} for i, a in enumerate(metrics["accuracy_per_seed"])
+    ]
     rows += [{**base, "seed": -1, "metric": m, "value": metrics[m]} for m in ("accuracy", "ties", "unscorable")]
     if "ndcg" in metrics:
         rows.append({**base, "seed": -1, "metric": "ndcg", "value": metrics["ndcg"]})
@@ -286,10 +347,18 @@ def evaluate_evaluator(generator: Engine, verifier: Engine, cfg: RoundConfig, ch
     return rows, {**{k: metrics[k] for k in ("n", "seeds", "accuracy", "ties", "unscorable")}, "costs": costs}
 
 
-def summarise(prompt_rows: Rows, sample_rows: Rows, rubric_rows: Rows, verdict_rows: Rows, score_rows: Rows,
-              reward_rows: Rows, eval_metrics: dict | None) -> dict:
+def summarise(
+    prompt_rows: Rows,
+    sample_rows: Rows,
+    rubric_rows: Rows,
+    verdict_rows: Rows,
+    score_rows: Rows,
+    reward_rows: Rows,
+    eval_metrics: dict | None,
+) -> dict:
     """The round's summary numbers (what ``dr round`` prints and the runs table keeps). The signal checks
-    (``dr_core.scoring.signals``): ``verifier_yes_rate``, the share of yes among the ``verdicts_scored`` known verdicts (C and
+    (``dr_core.scoring.signals``): ``verifier_yes_rate``, the share of yes among the ``verdicts_scored`` known verdicts
+    (C and
     anchors; as sql/stage_costs' yes_rate), and ``constant_score_sets_share``, the share of scored sets whose Eq. 12
     scores on C are all equal (as sql/set_gap's zero_spread_share)."""
     r_disc = [r["r_disc"] for r in reward_rows if r["r_disc"] is not None]
@@ -327,7 +396,15 @@ def step_rows(entries: dict[str, dict], flow: str, execution: str) -> Rows:
     "peak_rss_mb" (optional: the step's peak resident memory)})."""
     import datetime as dt
 
-    return [{"execution": execution, "flow": flow, "step": name, "state": e["state"],
-             "started_at": dt.datetime.fromisoformat(e["started_at"]), "seconds": float(e["seconds"]),
-             "peak_rss_mb": e.get("peak_rss_mb")}
-            for name, e in entries.items()]
+    return [
+        {
+            "execution": execution,
+            "flow": flow,
+            "step": name,
+            "state": e["state"],
+            "started_at": dt.datetime.fromisoformat(e["started_at"]),
+            "seconds": float(e["seconds"]),
+            "peak_rss_mb": e.get("peak_rss_mb"),
+        }
+        for name, e in entries.items()
+    ]

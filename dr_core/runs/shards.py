@@ -52,15 +52,19 @@ def ordered(refs: Sequence[dict | None], shards: int, what: str) -> list[dict]:
             continue
         i = ref.get("shard")
         if ref.get("shards") != shards or not isinstance(i, int) or not 0 <= i < shards:
-            raise ShardError(f"{what}: a part says it is shard {i} of {ref.get('shards')}, expected one of {shards}: "
-                             f"{ref.get('uri')}")
+            raise ShardError(
+                f"{what}: a part says it is shard {i} of {ref.get('shards')}, expected one of {shards}: "
+                f"{ref.get('uri')}"
+            )
         if i in got:
             raise ShardError(f"{what}: shard {i} of {shards} is there twice ({got[i].get('uri')}, {ref.get('uri')})")
         got[i] = ref
     missing = [i for i in range(shards) if i not in got]
     if missing:
-        raise ShardError(f"{what}: shard{'s' * (len(missing) > 1)} {missing} of {shards} missing: the merge needs "
-                         "every shard (re-run the flow: finished shards come from the cache)")
+        raise ShardError(
+            f"{what}: shard{'s' * (len(missing) > 1)} {missing} of {shards} missing: the merge needs "
+            "every shard (re-run the flow: finished shards come from the cache)"
+        )
     return [got[i] for i in range(shards)]
 
 
@@ -72,8 +76,9 @@ def merge(parts: Sequence[Rows], refs: Sequence[dict], what: str, *, every_set: 
     for rows, ref in zip(parts, refs, strict=True):
         lo, hi = ref["sets"]
         if len(rows) != ref["rows"]:
-            raise ShardError(f"{what}: shard {ref['shard']} ({ref['uri']}) holds {len(rows)} rows, its task wrote "
-                             f"{ref['rows']}")
+            raise ShardError(
+                f"{what}: shard {ref['shard']} ({ref['uri']}) holds {len(rows)} rows, its task wrote {ref['rows']}"
+            )
         outside = sorted({r["set_id"] for r in rows if not lo <= r["set_id"] < hi})
         if outside:
             raise ShardError(f"{what}: shard {ref['shard']} holds sets {outside[:5]} outside its range [{lo}, {hi})")

@@ -9,7 +9,8 @@ Which sets: the measure-stage samples of round t-1 (P(t-1)'s sets, scored by G(t
 round t-1 was not measured (round 0 without ``measure_start``), the generator-stage samples of round t (the sets
 P(t-1) produced for G(t)'s training, which favours the fresh generator: the plan says which it used).
 
-    python -c "from dr_core.runs.stale_fresh import plan; from dr_core.store.artifacts import Store; print(plan(Store.from_url('./store'), 'demo'))"
+    python -c "from dr_core.runs.stale_fresh import plan; from dr_core.store.artifacts import Store
+    print(plan(Store.from_url('./store'), 'demo'))"
 """
 
 from __future__ import annotations
@@ -34,23 +35,36 @@ def plan(store: Store, run_id: str, round_no: int | None = None) -> dict:
     ``{"round", "stale_generator", "fresh_generator", "policy", "sets": {"uri", "round", "stage"}, "config_json"}``
     (generator/policy values are checkpoint URIs, ``default`` for the starting model; ``config_json`` the run's
     latest recorded round config, or None). ValueError saying what is missing otherwise."""
-    ckpts = store.read_table("checkpoints", run_id=run_id).to_pylist() if store.parts("checkpoints", run_id=run_id) else []
+    ckpts = (
+        store.read_table("checkpoints", run_id=run_id).to_pylist() if store.parts("checkpoints", run_id=run_id) else []
+    )
     gen_rounds = sorted({r["round"] for r in ckpts if r["role"] == "generator"})
     if round_no is None:
         if not gen_rounds:
-            raise ValueError(f"run {run_id!r} in {store.url} has no generator checkpoint: run `dr coevolve` first "
-                             "(two rounds for the paper's comparison)")
+            raise ValueError(
+                f"run {run_id!r} in {store.url} has no generator checkpoint: run `dr coevolve` first "
+                "(two rounds for the paper's comparison)"
+            )
         round_no = gen_rounds[-1]
     if round_no < 1:
         raise ValueError(f"round must be >= 1 (G(t-1) vs G(t)), got {round_no}")
     fresh = _checkpoint(ckpts, "generator", round_no)
     stale = _checkpoint(ckpts, "generator", round_no - 1)
     policy = _checkpoint(ckpts, "policy", round_no - 1)
-    missing = [name for name, uri in (("G(%d)" % round_no, fresh), ("G(%d)" % (round_no - 1), stale),
-                                      ("P(%d)" % (round_no - 1), policy)) if uri is None]
+    missing = [
+        name
+        for name, uri in (
+            ("G(%d)" % round_no, fresh),
+            ("G(%d)" % (round_no - 1), stale),
+            ("P(%d)" % (round_no - 1), policy),
+        )
+        if uri is None
+    ]
     if missing:
-        raise ValueError(f"run {run_id!r}: no registered checkpoint for {', '.join(missing)} (checkpoints table of "
-                         f"{store.url}); registered generator rounds: {gen_rounds or 'none'}")
+        raise ValueError(
+            f"run {run_id!r}: no registered checkpoint for {', '.join(missing)} (checkpoints table of "
+            f"{store.url}); registered generator rounds: {gen_rounds or 'none'}"
+        )
     sets = None
     for t, stage in ((round_no - 1, "measure"), (round_no, "generator")):
         uri = store.uri_for("samples", part=f"{stage}-samples", run_id=run_id, round=t)
@@ -58,10 +72,18 @@ def plan(store: Store, run_id: str, round_no: int | None = None) -> dict:
             sets = {"uri": uri, "round": t, "stage": stage}
             break
     if sets is None:
-        raise ValueError(f"run {run_id!r}: no sets of P({round_no - 1}) in the store (neither measure samples of round "
-                         f"{round_no - 1} nor generator samples of round {round_no})")
+        raise ValueError(
+            f"run {run_id!r}: no sets of P({round_no - 1}) in the store (neither measure samples of round "
+            f"{round_no - 1} nor generator samples of round {round_no})"
+        )
     runs = store.read_table("runs", run_id=run_id).to_pylist() if store.parts("runs", run_id=run_id) else []
     runs = [r for r in runs if r["config_json"]]
     config_json = max(runs, key=lambda r: r["created_at"])["config_json"] if runs else None
-    return {"round": round_no, "stale_generator": stale, "fresh_generator": fresh, "policy": policy, "sets": sets,
-            "config_json": config_json}
+    return {
+        "round": round_no,
+        "stale_generator": stale,
+        "fresh_generator": fresh,
+        "policy": policy,
+        "sets": sets,
+        "config_json": config_json,
+    }

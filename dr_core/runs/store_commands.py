@@ -1,8 +1,8 @@
 """What ``dr ingest``, ``dr sql`` and ``dr query`` do; ``cli/app.py`` only declares the options.
 
-    dr ingest anchors dr_core/data/anchors_alpacaeval.jsonl --store /tmp/st
-    dr sql "SELECT count(DISTINCT prompt_id) FROM anchors" --store /tmp/st
-    dr query anchor_filter --store /tmp/st --param min_responses=11 --format csv
+dr ingest anchors dr_core/data/anchors_alpacaeval.jsonl --store /tmp/st
+dr sql "SELECT count(DISTINCT prompt_id) FROM anchors" --store /tmp/st
+dr query anchor_filter --store /tmp/st --param min_responses=11 --format csv
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from dr_core.store import sql as named_sql
 from dr_core.datasets import DataError, load_prompts, load_ranked
-from dr_core.store.atomic import json_text
+from dr_core.store import sql as named_sql
 from dr_core.store.artifacts import Store
+from dr_core.store.atomic import json_text
 
 INGEST_KINDS = ("anchors", "prompts")
 FORMATS = ("table", "csv", "json")
@@ -31,8 +31,9 @@ def _anchor_rows(path: Path) -> list[dict]:
     for r in load_ranked(path):
         for rank, response in enumerate(r.responses, start=1):
             score = r.scores[rank - 1] if r.scores else None
-            rows.append(dict(prompt_id=r.id, prompt=r.prompt, rank=rank, response=response, source=r.source,
-                             score=score))
+            rows.append(
+                dict(prompt_id=r.id, prompt=r.prompt, rank=rank, response=response, source=r.source, score=score)
+            )
     return rows
 
 
@@ -40,8 +41,9 @@ def _prompt_rows(path: Path) -> list[dict]:
     return [dict(prompt_id=r.id, prompt=r.prompt, baseline=r.baseline) for r in load_prompts(path)]
 
 
-def ingest(kind: str, file: Path, store_url: str | None, dataset: str | None = None,
-           create_bucket: bool = False) -> tuple[str, int]:
+def ingest(
+    kind: str, file: Path, store_url: str | None, dataset: str | None = None, create_bucket: bool = False
+) -> tuple[str, int]:
     """Validate ``file`` entirely (dr_core.datasets loaders), then write it as one part of table ``kind``
     partitioned by ``dataset`` (default: the file's stem). Re-ingesting a dataset replaces it.
     Returns (uri, rows written). CommandError, before any write, for a bad kind, file or dataset name;

@@ -1,6 +1,6 @@
 """Small numeric helpers shared by the evaluator and the engines. Pure math, standard library only.
 
-    python -c "from dr_core.scoring.mathutil import logsumexp; print(logsumexp([-1.0, -2.0]))"
+python -c "from dr_core.scoring.mathutil import logsumexp; print(logsumexp([-1.0, -2.0]))"
 """
 
 from __future__ import annotations

@@ -63,8 +63,15 @@ def zero_std_by_step(rollouts: Iterable[tuple[int, int, float | None]]) -> list[
         stds = [group_std(rs) for rs in groups[step].values()]
         known = [s for s in stds if s is not None]
         zero = sum(is_zero_std(s) for s in stds)
-        out.append({"step": step, "groups": len(stds), "zero_std_groups": zero, "zero_std_share": zero / len(stds),
-                    "reward_std_mean": statistics.fmean(known) if known else None})
+        out.append(
+            {
+                "step": step,
+                "groups": len(stds),
+                "zero_std_groups": zero,
+                "zero_std_share": zero / len(stds),
+                "reward_std_mean": statistics.fmean(known) if known else None,
+            }
+        )
     return out
 
 
@@ -119,13 +126,17 @@ def update_warnings(role: str, round_no: int, steps: Sequence[Mapping] | None) -
     head = f"{role} update, round {round_no}"
     out = []
     if dead:
-        tail = "the update did nothing" if len(dead) == len(steps) else \
-            "the update did nothing at " + ("that step" if len(dead) == 1 else "those steps")
+        tail = (
+            "the update did nothing"
+            if len(dead) == len(steps)
+            else "the update did nothing at " + ("that step" if len(dead) == 1 else "those steps")
+        )
         out.append(f"{head}: no gradient: every GRPO group had zero reward std at {_steps_text(dead)} ({tail})")
     if weak:
         counts = ", ".join(f"{s['zero_std_groups']} of {s['groups']} at step {s['step']}" for s in weak)
-        out.append(f"{head}: weak gradient: most GRPO groups had zero reward std ({counts}); those groups taught "
-                   "nothing")
+        out.append(
+            f"{head}: weak gradient: most GRPO groups had zero reward std ({counts}); those groups taught nothing"
+        )
     return out
 
 
@@ -135,12 +146,16 @@ def yes_rate_warning(round_no: int, rate: float | None) -> str | None:
         return None
     if rate > YES_RATE_HIGH:
         what = "yes to everything" if rate == 1.0 else "yes to almost everything"
-        return (f"verifier yes-rate {_rate(rate, YES_RATE_HIGH)} in round {round_no} is above {YES_RATE_HIGH}: the "
-                f"verifier says {what}, so scores cannot separate responses")
+        return (
+            f"verifier yes-rate {_rate(rate, YES_RATE_HIGH)} in round {round_no} is above {YES_RATE_HIGH}: the "
+            f"verifier says {what}, so scores cannot separate responses"
+        )
     if rate < YES_RATE_LOW:
         what = "no to everything" if rate == 0.0 else "no to almost everything"
-        return (f"verifier yes-rate {_rate(rate, YES_RATE_LOW)} in round {round_no} is below {YES_RATE_LOW}: the "
-                f"verifier says {what}, so scores cannot separate responses")
+        return (
+            f"verifier yes-rate {_rate(rate, YES_RATE_LOW)} in round {round_no} is below {YES_RATE_LOW}: the "
+            f"verifier says {what}, so scores cannot separate responses"
+        )
     return None
 
 
@@ -150,8 +165,10 @@ def constant_score_warning(round_no: int, share: float | None) -> str | None:
     if share is None or share < CONSTANT_SCORE_WARN:
         return None
     which = "every scored set" if share == 1.0 else f"{share:.0%} of the scored sets"
-    return (f"constant scores in round {round_no}: {which} gave every response the same Eq. 12 score, so the rubrics "
-            "separate nothing there (no gap, R_disc 0)")
+    return (
+        f"constant scores in round {round_no}: {which} gave every response the same Eq. 12 score, so the rubrics "
+        "separate nothing there (no gap, R_disc 0)"
+    )
 
 
 #: A pairwise judge that picks the first-shown answer at least this often (or at most 1 - this) is flagged.
@@ -164,13 +181,18 @@ def judge_position_warning(round_no: int, rate: float | None) -> str | None:
     if rate is None or JUDGE_POSITION_WARN > rate > 1 - JUDGE_POSITION_WARN:
         return None
     side = "first" if rate >= JUDGE_POSITION_WARN else "second"
-    return (f"policy evaluation, round {round_no}: the judge picked the {side}-shown answer in {max(rate, 1 - rate):.0%}"
-            " of its verdicts, so nearly every prompt is a tie and the win rate cannot move from 0.5")
+    return (
+        f"policy evaluation, round {round_no}: the judge picked the {side}-shown answer in {max(rate, 1 - rate):.0%}"
+        " of its verdicts, so nearly every prompt is a tie and the win rate cannot move from 0.5"
+    )
 
 
-def signal_warnings(updates: Iterable[Mapping] = (), yes_rates: Mapping[int, float | None] | None = None,
-                    constant_score_shares: Mapping[int, float | None] | None = None,
-                    judge_position_rates: Mapping[int, float | None] | None = None) -> list[str]:
+def signal_warnings(
+    updates: Iterable[Mapping] = (),
+    yes_rates: Mapping[int, float | None] | None = None,
+    constant_score_shares: Mapping[int, float | None] | None = None,
+    judge_position_rates: Mapping[int, float | None] | None = None,
+) -> list[str]:
     """Every degenerate-signal warning of a run, in round order (per round: generator update, policy update,
     verifier yes-rate, constant scores, the policy-evaluation judge's position bias).
 
@@ -205,29 +227,46 @@ def signal_checks(rounds: Sequence[Mapping]) -> list[dict]:
     - generator update: at every step, at least one group has non-zero reward std (every group, with one a step);
     - verifier yes-rate on each measured round's sets within ``YES_RATE_BAND``;
     - Eq. 12 scores not constant within most sets (constant share below one half) in each measured round."""
+
     def steps_of(role):
         return [s for r in rounds for s in ((r.get(f"{role}_update") or {}).get("zero_std_by_step") or [])]
 
     out = []
     pol = steps_of("policy")
-    out.append({"check": "policy update: non-zero reward std in at least half of its groups at every step",
-                "ok": all(s["zero_std_share"] <= 0.5 for s in pol) if pol else None,
-                "detail": ", ".join(f"step {s['step']}: {s['groups'] - s['zero_std_groups']}/{s['groups']}"
-                                    for s in pol) or "no policy update"})
+    out.append(
+        {
+            "check": "policy update: non-zero reward std in at least half of its groups at every step",
+            "ok": all(s["zero_std_share"] <= 0.5 for s in pol) if pol else None,
+            "detail": ", ".join(f"step {s['step']}: {s['groups'] - s['zero_std_groups']}/{s['groups']}" for s in pol)
+            or "no policy update",
+        }
+    )
     gen = steps_of("generator")
-    out.append({"check": "generator update: non-zero reward std at every step",
-                "ok": all(s["zero_std_groups"] < s["groups"] for s in gen) if gen else None,
-                "detail": ", ".join(f"step {s['step']}: {s['groups'] - s['zero_std_groups']}/{s['groups']}"
-                                    for s in gen) or "no generator update"})
+    out.append(
+        {
+            "check": "generator update: non-zero reward std at every step",
+            "ok": all(s["zero_std_groups"] < s["groups"] for s in gen) if gen else None,
+            "detail": ", ".join(f"step {s['step']}: {s['groups'] - s['zero_std_groups']}/{s['groups']}" for s in gen)
+            or "no generator update",
+        }
+    )
     lo, hi = YES_RATE_BAND
     rates = {r["round"]: (r.get("measure") or {}).get("verifier_yes_rate") for r in rounds}
     known = {t: v for t, v in rates.items() if v is not None}
-    out.append({"check": f"verifier yes-rate on the round's sets within {lo:.2f}-{hi:.2f}",
-                "ok": all(lo <= v <= hi for v in known.values()) if known else None,
-                "detail": ", ".join(f"round {t}: {v:.2f}" for t, v in sorted(known.items())) or "no verdicts"})
+    out.append(
+        {
+            "check": f"verifier yes-rate on the round's sets within {lo:.2f}-{hi:.2f}",
+            "ok": all(lo <= v <= hi for v in known.values()) if known else None,
+            "detail": ", ".join(f"round {t}: {v:.2f}" for t, v in sorted(known.items())) or "no verdicts",
+        }
+    )
     shares = {r["round"]: (r.get("measure") or {}).get("constant_score_sets_share") for r in rounds}
     known = {t: v for t, v in shares.items() if v is not None}
-    out.append({"check": "Eq. 12 scores not constant within most sets",
-                "ok": all(v < 0.5 for v in known.values()) if known else None,
-                "detail": ", ".join(f"round {t}: {v:.0%} constant" for t, v in sorted(known.items())) or "no scores"})
+    out.append(
+        {
+            "check": "Eq. 12 scores not constant within most sets",
+            "ok": all(v < 0.5 for v in known.values()) if known else None,
+            "detail": ", ".join(f"round {t}: {v:.0%} constant" for t, v in sorted(known.items())) or "no scores",
+        }
+    )
     return out

@@ -34,11 +34,11 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 
 from dr_core.engines.base import Engine
 from dr_core.service.batcher import Batcher, Unavailable
+from dr_core.service.clients import fill_unscorable
 from dr_core.service.groups import GroupCollector, GroupIncomplete, OpenGroup, TooManyGroups
 from dr_core.service.ledger import Ledger
 from dr_core.service.metrics import Metrics
 from dr_core.service.requests import BadRequest, OpenRLHFBatch, RewardMember, ScoreSet, fingerprint, parse, prompt_id
-from dr_core.service.clients import fill_unscorable
 from dr_core.service.scoring import Member, SetJob, score_jobs
 from dr_core.service.settings import ServiceSettings
 from dr_core.store.artifacts import Store
@@ -55,8 +55,16 @@ class Service:
     """Everything behind the routes. ``start()`` (a background thread: the process answers /health meanwhile)
     opens the ledger, then the engines, then the worker; ``open_engines`` returns (generator, verifier)."""
 
-    def __init__(self, settings: ServiceSettings, store: Store, open_engines: Callable[[], tuple[Engine, Engine]],
-                 *, token: str | None = None, log: Log = lambda _m: None, close_engines: Callable[[], None] = lambda: None):
+    def __init__(
+        self,
+        settings: ServiceSettings,
+        store: Store,
+        open_engines: Callable[[], tuple[Engine, Engine]],
+        *,
+        token: str | None = None,
+        log: Log = lambda _m: None,
+        close_engines: Callable[[], None] = lambda: None,
+    ):
         self.settings, self.store, self.log = settings, store, log
         self._open_engines, self._close_engines = open_engines, close_engines
         self._token = token.encode() if token else None
@@ -84,14 +92,19 @@ class Service:
             def score(jobs):
                 stats: dict = {}
                 try:
-                    return score_jobs(generator, verifier, jobs, temperature=s.rubric_temperature,
-                                      max_tokens=s.rubric_max_tokens, stats=stats)
+                    return score_jobs(
+                        generator,
+                        verifier,
+                        jobs,
+                        temperature=s.rubric_temperature,
+                        max_tokens=s.rubric_max_tokens,
+                        stats=stats,
+                    )
                 finally:
                     for stage, st in stats.items():
                         self.metrics.inc("dr_stage_seconds_total", st.seconds, stage=stage)
                         self.metrics.inc("dr_stage_tokens_total", st.prompt_tokens, stage=stage, kind="prompt")
-                        self.metrics.inc("dr_stage_tokens_total", st.completion_tokens, stage=stage,
-                                         kind="completion")
+                        self.metrics.inc("dr_stage_tokens_total", st.completion_tokens, stage=stage, kind="completion")
 
             def commit(scored):
                 started = time.perf_counter()
@@ -101,14 +114,19 @@ class Service:
                     self.metrics.inc("dr_stage_seconds_total", time.perf_counter() - started, stage="store")
 
             self.batcher = Batcher(
-                score, commit,
-                max_batch_sets=s.max_batch_sets, batch_wait_s=s.batch_wait_s, max_queue_sets=s.max_queue_sets,
+                score,
+                commit,
+                max_batch_sets=s.max_batch_sets,
+                batch_wait_s=s.batch_wait_s,
+                max_queue_sets=s.max_queue_sets,
                 on_batch=self._on_batch,
             ).start()
             self.generator_name, self.verifier_name = generator.model_name, verifier.model_name
             self.ready.set()
-            self.log(f"ready: generator {generator.model_name}, verifier {verifier.model_name}; "
-                     f"{len(self.ledger)} earlier answers in run {s.run_id!r}")
+            self.log(
+                f"ready: generator {generator.model_name}, verifier {verifier.model_name}; "
+                f"{len(self.ledger)} earlier answers in run {s.run_id!r}"
+            )
         except Exception as exc:
             self.failed = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"
             self.log(f"error: the service could not start: {self.failed}")
@@ -138,9 +156,13 @@ class Service:
     def collector_on_loop(self) -> GroupCollector:
         if self.collector is None:
             self.loop = asyncio.get_running_loop()
-            self.collector = GroupCollector(self._group_complete, timeout_s=self.settings.group_timeout_s,
-                                            max_open=self.settings.max_open_groups, scored=self.ledger.group_scored,
-                                            on_timeout=lambda _g: self.metrics.inc("dr_group_timeouts_total"))
+            self.collector = GroupCollector(
+                self._group_complete,
+                timeout_s=self.settings.group_timeout_s,
+                max_open=self.settings.max_open_groups,
+                scored=self.ledger.group_scored,
+                on_timeout=lambda _g: self.metrics.inc("dr_group_timeouts_total"),
+            )
         return self.collector
 
     def authorized(self, header: str | None) -> bool:
@@ -148,7 +170,7 @@ class Service:
             return True
         if not header or not header.startswith("Bearer "):
             return False
-        return hmac.compare_digest(header[len("Bearer "):].strip().encode(), self._token)
+        return hmac.compare_digest(header[len("Bearer ") :].strip().encode(), self._token)
 
     # -- scoring ----------------------------------------------------------------------------------------------
     async def _submit(self, job: SetJob) -> dict:
@@ -198,8 +220,14 @@ class Service:
             if other_fp != fp:
                 raise BadRequest("request_id", f"{rid!r} is being scored for a different body")
             return (await asyncio.shield(fut))[rid]
-        job = SetJob(f"set:{rid}", body.prompt, tuple(body.responses), body.rubric_rollouts, body.seed,
-                     [Member(rid, "score-set", fp, _now())])
+        job = SetJob(
+            f"set:{rid}",
+            body.prompt,
+            tuple(body.responses),
+            body.rubric_rollouts,
+            body.seed,
+            [Member(rid, "score-set", fp, _now())],
+        )
         fut = asyncio.ensure_future(self._submit(job))
         self._inflight[rid] = (fp, fut)
         fut.add_done_callback(lambda _f: self._inflight.pop(rid, None))
@@ -221,11 +249,14 @@ class Service:
         if len(self._prompt_groups) > 4 * self.settings.max_open_groups:  # forget prompts whose group has closed
             self._prompt_groups = {p: g for p, g in self._prompt_groups.items() if g in collector.open}
         pairs = body.pairs()
-        new_groups = {prompt_id(p) for p, _ in pairs} - {pid for pid, g in self._prompt_groups.items()
-                                                          if g in collector.open}
+        new_groups = {prompt_id(p) for p, _ in pairs} - {
+            pid for pid, g in self._prompt_groups.items() if g in collector.open
+        }
         if len(collector.open) + len(new_groups) > self.settings.max_open_groups:  # refuse whole, join nothing
-            raise TooManyGroups(f"{len(new_groups)} new groups would pass --max-open-groups "
-                                f"({self.settings.max_open_groups}); {len(collector.open)} are open")
+            raise TooManyGroups(
+                f"{len(new_groups)} new groups would pass --max-open-groups "
+                f"({self.settings.max_open_groups}); {len(collector.open)} are open"
+            )
         waits = []
         for prompt, response in pairs:
             pid = prompt_id(prompt)
@@ -246,9 +277,13 @@ class Service:
             filled, flags = fill_unscorable([answers[i]["reward"] for i in idx])
             for i, f, u in zip(idx, filled, flags):
                 rewards[i], unscorable[i] = f, u
-        return {"rewards": rewards, "scores": rewards,
-                "extra_logs": {"dr_unscorable": unscorable, "dr_set_id": [float(a["set_id"] % 2**52) for a in answers]},
-                "rubric_ids": [a["rubric_id"] for a in answers], "request_ids": [a["request_id"] for a in answers]}
+        return {
+            "rewards": rewards,
+            "scores": rewards,
+            "extra_logs": {"dr_unscorable": unscorable, "dr_set_id": [float(a["set_id"] % 2**52) for a in answers]},
+            "rubric_ids": [a["rubric_id"] for a in answers],
+            "request_ids": [a["request_id"] for a in answers],
+        }
 
 
 def _error(status: int, code: str, detail: str, field: str | None = None) -> JSONResponse:
@@ -285,8 +320,9 @@ def create_app(service: Service) -> FastAPI:
             service.collector.close()  # on the loop: waiting members get group_incomplete
         await asyncio.get_running_loop().run_in_executor(None, service.stop)
 
-    app = FastAPI(title="dynamicrubric reward service", lifespan=lifespan, docs_url=None, redoc_url=None,
-                  openapi_url=None)
+    app = FastAPI(
+        title="dynamicrubric reward service", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None
+    )
     m, settings = service.metrics, service.settings
 
     @app.middleware("http")
@@ -341,8 +377,12 @@ def create_app(service: Service) -> FastAPI:
             return _error(503, "not_ready", f"the service failed to start: {service.failed}")
         if not service.ready.is_set():
             return _error(503, "not_ready", "the engines are still loading")
-        return {"status": "ready", "run_id": settings.run_id, "generator": service.generator_name,
-                "verifier": service.verifier_name}
+        return {
+            "status": "ready",
+            "run_id": settings.run_id,
+            "generator": service.generator_name,
+            "verifier": service.verifier_name,
+        }
 
     @app.get("/metrics")
     async def metrics():

@@ -32,9 +32,16 @@ class Batcher:
     """score(jobs) -> scored sets; commit(scored) -> {request id: answer}. ``on_batch(n_sets, seconds, error)``
     is told about every batch (metrics)."""
 
-    def __init__(self, score: Callable[[Sequence[SetJob]], list], commit: Callable[[list], dict], *,
-                 max_batch_sets: int = 32, batch_wait_s: float = 0.02, max_queue_sets: int = 4096,
-                 on_batch: Callable[[int, float, str | None], None] = lambda *_a: None):
+    def __init__(
+        self,
+        score: Callable[[Sequence[SetJob]], list],
+        commit: Callable[[list], dict],
+        *,
+        max_batch_sets: int = 32,
+        batch_wait_s: float = 0.02,
+        max_queue_sets: int = 4096,
+        on_batch: Callable[[int, float, str | None], None] = lambda *_a: None,
+    ):
         self._score, self._commit, self._on_batch = score, commit, on_batch
         self.max_batch_sets, self.batch_wait_s = max_batch_sets, batch_wait_s
         self._queue: queue.Queue = queue.Queue(max_queue_sets)
@@ -116,4 +123,3 @@ class Batcher:
                     fut.set_result({m.request_id: answered[m.request_id] for m in job.members})
             finally:
                 self.busy = False
-

@@ -131,10 +131,21 @@ def group_blocks(keys: Sequence[Any]) -> dict[Any, list[int]]:
 class DynamicRubricReward:
     """TRL reward function (async) backed by a running ``dr serve`` (see the module docstring)."""
 
-    def __init__(self, url: str, *, token: str | None = None, token_env: str | None = None,
-                 group_column: str = "group_id", mode: str = "set", group_size: int | None = None,
-                 rubric_rollouts: int = 1, seed: int = 0, timeout_s: float = 600.0, attempts: int = 5,
-                 run_tag: str | None = None):
+    def __init__(
+        self,
+        url: str,
+        *,
+        token: str | None = None,
+        token_env: str | None = None,
+        group_column: str = "group_id",
+        mode: str = "set",
+        group_size: int | None = None,
+        rubric_rollouts: int = 1,
+        seed: int = 0,
+        timeout_s: float = 600.0,
+        attempts: int = 5,
+        run_tag: str | None = None,
+    ):
         if mode not in ("set", "members"):
             raise ValueError(f"mode must be 'set' or 'members', got {mode!r}")
         if mode == "members" and not group_size:
@@ -160,17 +171,24 @@ class DynamicRubricReward:
                 if self.group_size:
                     split = {k: len(v) for k, v in blocks.items() if len(v) != self.group_size}
                     if split:
-                        raise RewardServiceError(f"groups {split} are not whole ({self.group_size} completions); "
-                                                 "use mode='members' when TRL spreads a group over processes")
+                        raise RewardServiceError(
+                            f"groups {split} are not whole ({self.group_size} completions); "
+                            "use mode='members' when TRL spreads a group over processes"
+                        )
                 calls = []
                 for key, idx in blocks.items():
                     responses = [texts[i] for i in idx]
                     rid = f"{self.run_tag}-s{step}-{_digest(str(key), prompt_texts[idx[0]], responses)}"
-                    body = {"prompt": prompt_texts[idx[0]], "responses": responses, "request_id": rid,
-                            "rubric_rollouts": self.rubric_rollouts, "seed": self.seed + step}
+                    body = {
+                        "prompt": prompt_texts[idx[0]],
+                        "responses": responses,
+                        "request_id": rid,
+                        "rubric_rollouts": self.rubric_rollouts,
+                        "seed": self.seed + step,
+                    }
                     calls.append(_post_async(client, f"{self.url}/v1/score-set", body, self._headers, self.attempts))
                 answers = await asyncio.gather(*calls)
-                for (key, idx), ans in zip(blocks.items(), answers):
+                for idx, ans in zip(blocks.values(), answers):
                     for i, score in zip(idx, ans["scores"]):
                         rewards[i] = score
             else:
@@ -178,18 +196,30 @@ class DynamicRubricReward:
                 calls = []
                 for i, (key, text) in enumerate(zip(keys, texts)):
                     gid = f"{self.run_tag}-s{step}-{_digest(str(key))}"
-                    body = {"group_id": gid, "group_size": self.group_size, "prompt": prompt_texts[i],
-                            "response": text, "request_id": f"{gid}-r{rank}-{i}"}
+                    body = {
+                        "group_id": gid,
+                        "group_size": self.group_size,
+                        "prompt": prompt_texts[i],
+                        "response": text,
+                        "request_id": f"{gid}-r{rank}-{i}",
+                    }
                     calls.append(_post_async(client, f"{self.url}/v1/rewards", body, self._headers, self.attempts))
                 for i, ans in enumerate(await asyncio.gather(*calls)):
                     rewards[i] = ans["reward"]
-        self.history.append({"step": step, "completions": len(texts), "groups": len(blocks),
-                             "unscorable": sum(r is None for r in rewards),
-                             "seconds": round(time.perf_counter() - started, 3)})
+        self.history.append(
+            {
+                "step": step,
+                "completions": len(texts),
+                "groups": len(blocks),
+                "unscorable": sum(r is None for r in rewards),
+                "seconds": round(time.perf_counter() - started, 3),
+            }
+        )
         return rewards
 
 
 # -- verl ------------------------------------------------------------------------------------------------------------
+
 
 def _verl_env() -> tuple[str, dict]:
     url = os.environ.get("DR_SERVE_URL")
@@ -202,8 +232,10 @@ def _verl_prompt(extra_info: dict | None, solution_str: str) -> str:
     info = extra_info or {}
     prompt = info.get("prompt") or info.get("question")
     if not isinstance(prompt, str) or not prompt:
-        raise RewardServiceError("extra_info has no 'prompt' (or 'question'): put the prompt text into the "
-                                 "dataset's extra_info when preparing it for verl")
+        raise RewardServiceError(
+            "extra_info has no 'prompt' (or 'question'): put the prompt text into the "
+            "dataset's extra_info when preparing it for verl"
+        )
     return prompt
 
 
@@ -232,8 +264,11 @@ def compute_score_batch(data_sources, solution_strs, ground_truths, extra_infos,
     with httpx.Client(timeout=httpx.Timeout(600.0, connect=10.0)) as client:
         for key, idx in blocks.items():
             responses = [solution_strs[i] for i in idx]
-            body = {"prompt": prompts[idx[0]], "responses": responses,
-                    "request_id": f"verl-{_digest(str(key), prompts[idx[0]], responses)}"}
+            body = {
+                "prompt": prompts[idx[0]],
+                "responses": responses,
+                "request_id": f"verl-{_digest(str(key), prompts[idx[0]], responses)}",
+            }
             ans = _post(client, f"{url}/v1/score-set", body, headers, 5)
             for i, filled in zip(idx, _fill(ans["scores"])):
                 out[i] = filled
@@ -249,11 +284,18 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None, **_k
     gid = info.get("uid") or info.get("group_id")
     size = info.get("group_size") or os.environ.get("DR_GROUP_SIZE")
     if not gid or not size:
-        raise RewardServiceError("compute_score needs extra_info['uid'] (or 'group_id') and extra_info['group_size'] "
-                                 "(or $DR_GROUP_SIZE); or use compute_score_batch")
+        raise RewardServiceError(
+            "compute_score needs extra_info['uid'] (or 'group_id') and extra_info['group_size'] "
+            "(or $DR_GROUP_SIZE); or use compute_score_batch"
+        )
     gid = f"verl-{_digest(str(gid))}"
-    body = {"group_id": gid, "group_size": int(size), "prompt": prompt, "response": solution_str,
-            "request_id": f"{gid}-{_digest(solution_str, info.get('index'), info.get('sample_index'))}"}
+    body = {
+        "group_id": gid,
+        "group_size": int(size),
+        "prompt": prompt,
+        "response": solution_str,
+        "request_id": f"{gid}-{_digest(solution_str, info.get('index'), info.get('sample_index'))}",
+    }
     with httpx.Client(timeout=httpx.Timeout(600.0, connect=10.0)) as client:
         ans = _post(client, f"{url}/v1/rewards", body, headers, 5)
     r = ans["reward"]

@@ -27,8 +27,10 @@ class GroupIncomplete(RuntimeError):
     """A group whose last member did not arrive in time (504)."""
 
     def __init__(self, group_id: str, have: int, size: int, timeout_s: float):
-        super().__init__(f"group {group_id!r} has {have} of {size} members after {timeout_s:g} s "
-                         "(--group-timeout); no reward was computed for any of them")
+        super().__init__(
+            f"group {group_id!r} has {have} of {size} members after {timeout_s:g} s "
+            "(--group-timeout); no reward was computed for any of them"
+        )
         self.group_id, self.have, self.size = group_id, have, size
 
 
@@ -50,8 +52,15 @@ class GroupCollector:
     """``on_complete(group)`` is called once per complete group and must resolve or fail ``group.future``.
     ``scored(group_id)`` says whether a group id was already scored (the ledger)."""
 
-    def __init__(self, on_complete: Callable[[OpenGroup], None], *, timeout_s: float, max_open: int,
-                 scored: Callable[[str], bool] = lambda _g: False, on_timeout: Callable[[OpenGroup], None] = lambda _g: None):
+    def __init__(
+        self,
+        on_complete: Callable[[OpenGroup], None],
+        *,
+        timeout_s: float,
+        max_open: int,
+        scored: Callable[[str], bool] = lambda _g: False,
+        on_timeout: Callable[[OpenGroup], None] = lambda _g: None,
+    ):
         self.on_complete, self.timeout_s, self.max_open = on_complete, timeout_s, max_open
         self.scored, self.on_timeout = scored, on_timeout
         self.open: dict[str, OpenGroup] = {}
@@ -63,12 +72,15 @@ class GroupCollector:
             g = pool.get(group_id)
             if g is not None and member.request_id in g.members:
                 if g.members[member.request_id][1].fingerprint != member.fingerprint:
-                    raise BadRequest("request_id", f"{member.request_id!r} was already sent in group {group_id!r} "
-                                     "with a different body")
+                    raise BadRequest(
+                        "request_id",
+                        f"{member.request_id!r} was already sent in group {group_id!r} with a different body",
+                    )
                 return g.future
         if group_id in self._closing or self.scored(group_id):
-            raise BadRequest("group_id", f"group {group_id!r} is already complete and scored; a new group needs a "
-                             "new group_id")
+            raise BadRequest(
+                "group_id", f"group {group_id!r} is already complete and scored; a new group needs a new group_id"
+            )
         g = self.open.get(group_id)
         if g is None:
             if len(self.open) >= self.max_open:

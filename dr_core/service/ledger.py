@@ -55,12 +55,15 @@ class Ledger:
                     self.store.remove(uri)
                     self.swept.append(uri)
         if self.swept:
-            self.log(f"removed {len(self.swept)} part file(s) of {len({_part(u) for u in self.swept})} batch(es) "
-                     "that did not commit (their requests are answered again when retried)")
+            self.log(
+                f"removed {len(self.swept)} part file(s) of {len({_part(u) for u in self.swept})} batch(es) "
+                "that did not commit (their requests are answered again when retried)"
+            )
         t = self.store.read_table(COMMIT_TABLE, **keys)
         for row in t.select(["request_id", "fingerprint", "group_id", "answer_json"]).to_pylist():
-            self._answers[row["request_id"]] = Answered(json.loads(row["answer_json"]), row["fingerprint"],
-                                                         row["group_id"])
+            self._answers[row["request_id"]] = Answered(
+                json.loads(row["answer_json"]), row["fingerprint"], row["group_id"]
+            )
             if row["group_id"] is not None:
                 self._groups.add(row["group_id"])
         return self

@@ -63,7 +63,7 @@ class OpenRLHFBatch(BaseModel):
     def pairs(self) -> list[tuple[str, str]]:
         """(prompt, response) of every query: the query with its prompt prefix removed (OpenRLHF sends the whole
         templated text; a query that does not start with its prompt is taken whole as the response)."""
-        return [(p, q[len(p):] if q.startswith(p) else q) for q, p in zip(self.query, self.prompts)]
+        return [(p, q[len(p) :] if q.startswith(p) else q) for q, p in zip(self.query, self.prompts)]
 
 
 def _field_error(exc: ValidationError) -> BadRequest:

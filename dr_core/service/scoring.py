@@ -71,16 +71,24 @@ class ScoredSet:
     @property
     def mean_scores(self) -> list[float | None]:
         """Each response's Eq. 12 score averaged over the rollouts that could score it (None: none could)."""
-        return [mean_or_none([r.scores[k] for r in self.rubrics
-                              if r.scores is not None and r.scores[k] is not UNSCORABLE])
-                for k in range(len(self.job.responses))]
+        return [
+            mean_or_none([r.scores[k] for r in self.rubrics if r.scores is not None and r.scores[k] is not UNSCORABLE])
+            for k in range(len(self.job.responses))
+        ]
 
     def unscorable(self) -> list[str]:
         return [f"rollout {i}: {p}" for i, r in enumerate(self.rubrics) for p in r.unscorable]
 
 
-def score_jobs(generator: Engine, verifier: Engine, jobs: Sequence[SetJob], *, temperature: float = 0.7,
-               max_tokens: int = 512, stats: dict[str, StageStats] | None = None) -> list[ScoredSet]:
+def score_jobs(
+    generator: Engine,
+    verifier: Engine,
+    jobs: Sequence[SetJob],
+    *,
+    temperature: float = 0.7,
+    max_tokens: int = 512,
+    stats: dict[str, StageStats] | None = None,
+) -> list[ScoredSet]:
     """Score every job: rubrics (one generation call per distinct (rollouts, seed)), then one verification call.
     ``stats``: filled with the cost of each stage ("generation", "verification")."""
     gen_stats = StageStats()
@@ -90,8 +98,15 @@ def score_jobs(generator: Engine, verifier: Engine, jobs: Sequence[SetJob], *, t
     for i, j in enumerate(jobs):
         by_seeds.setdefault(tuple(range(j.seed, j.seed + j.rollouts)), []).append(i)
     for seeds, idx in by_seeds.items():
-        gens, st = generate_rubrics(generator, [items[i] for i in idx], list(seeds), temperature=temperature,
-                                    max_tokens=max_tokens, structured=True, order_keys=[0] * len(idx))
+        gens, st = generate_rubrics(
+            generator,
+            [items[i] for i in idx],
+            list(seeds),
+            temperature=temperature,
+            max_tokens=max_tokens,
+            structured=True,
+            order_keys=[0] * len(idx),
+        )
         gen_stats.merge(st)
         for i, g in zip(idx, gens):
             rubrics[i] = g
@@ -150,26 +165,64 @@ def lineage_rows(run_id: str, scored: Sequence[ScoredSet], generator: str, verif
         sid = s.job.set_id
         pid = prompt_id(s.job.prompt)
         for k, text in enumerate(s.job.responses):
-            rows["samples"].append({**base, "set_id": sid, "prompt_id": pid, "response_idx": k,
-                                    "policy_ckpt": "external", "response": text})
+            rows["samples"].append(
+                {
+                    **base,
+                    "set_id": sid,
+                    "prompt_id": pid,
+                    "response_idx": k,
+                    "policy_ckpt": "external",
+                    "response": text,
+                }
+            )
         for rollout, r in enumerate(s.rubrics):
             g = r.generation
             if g.rubric is None:
-                rows["rubrics"].append({**base, "set_id": sid, "generator_ckpt": generator, "rollout": rollout,
-                                        "item": None, "criterion": None, "weight": None, "error": g.error})
+                rows["rubrics"].append(
+                    {
+                        **base,
+                        "set_id": sid,
+                        "generator_ckpt": generator,
+                        "rollout": rollout,
+                        "item": None,
+                        "criterion": None,
+                        "weight": None,
+                        "error": g.error,
+                    }
+                )
             else:
                 for m, (c, w) in enumerate(zip(g.rubric.criteria, g.rubric.weights)):
-                    rows["rubrics"].append({**base, "set_id": sid, "generator_ckpt": generator, "rollout": rollout,
-                                            "item": m, "criterion": c, "weight": w, "error": None})
+                    rows["rubrics"].append(
+                        {
+                            **base,
+                            "set_id": sid,
+                            "generator_ckpt": generator,
+                            "rollout": rollout,
+                            "item": m,
+                            "criterion": c,
+                            "weight": w,
+                            "error": None,
+                        }
+                    )
                 for k, verdict_row in enumerate(r.verdicts or []):
                     for m, v in enumerate(verdict_row):
-                        rows["verdicts"].append({**base, "set_id": sid, "rollout": rollout, "item": m, "target": "C",
-                                                 "response": k, "verdict": None if v is UNSCORABLE else bool(v),
-                                                 "verifier": verifier})
+                        rows["verdicts"].append(
+                            {
+                                **base,
+                                "set_id": sid,
+                                "rollout": rollout,
+                                "item": m,
+                                "target": "C",
+                                "response": k,
+                                "verdict": None if v is UNSCORABLE else bool(v),
+                                "verifier": verifier,
+                            }
+                        )
             for k in range(len(s.job.responses)):
                 score = r.scores[k] if r.scores is not None else UNSCORABLE
-                rows["scores"].append({**base, "set_id": sid, "rollout": rollout, "target": "C", "response": k,
-                                       "score": score})
+                rows["scores"].append(
+                    {**base, "set_id": sid, "rollout": rollout, "target": "C", "response": k, "score": score}
+                )
             rows["rewards"].append({**base, "set_id": sid, "rollout": rollout, "r_disc": r.r_disc})
     return rows
 
@@ -180,11 +233,23 @@ def request_rows(run_id: str, batch: str, scored: Sequence[ScoredSet], answered:
     for s in scored:
         for m in s.job.members:
             ans = answered[m.request_id]
-            rows.append({
-                "run_id": run_id, "round": ROUND, "stage": STAGE, "set_id": s.job.set_id, "batch": batch,
-                "request_id": m.request_id, "route": m.route, "group_id": m.group_id, "response_idx": m.index,
-                "reward": ans.get("reward") if m.index is not None else None, "rubric_id": ans["rubric_id"],
-                "received_at": m.received_at, "prompt": s.job.prompt, "fingerprint": m.fingerprint,
-                "answer_json": json.dumps(ans, ensure_ascii=False),
-            })
+            rows.append(
+                {
+                    "run_id": run_id,
+                    "round": ROUND,
+                    "stage": STAGE,
+                    "set_id": s.job.set_id,
+                    "batch": batch,
+                    "request_id": m.request_id,
+                    "route": m.route,
+                    "group_id": m.group_id,
+                    "response_idx": m.index,
+                    "reward": ans.get("reward") if m.index is not None else None,
+                    "rubric_id": ans["rubric_id"],
+                    "received_at": m.received_at,
+                    "prompt": s.job.prompt,
+                    "fingerprint": m.fingerprint,
+                    "answer_json": json.dumps(ans, ensure_ascii=False),
+                }
+            )
     return rows

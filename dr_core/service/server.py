@@ -34,14 +34,17 @@ def read_token(path: str | Path | None) -> str | None:
     try:
         text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise ServeError(f"{p}: cannot read the token file ({getattr(exc, 'strerror', None) or type(exc).__name__})") \
-            from None
+        raise ServeError(
+            f"{p}: cannot read the token file ({getattr(exc, 'strerror', None) or type(exc).__name__})"
+        ) from None
     token = (text.strip().splitlines() or [""])[0].strip()
     if not token:
         raise ServeError(f"{p}: the token file is empty")
     if len(token) < 16:
-        raise ServeError(f"{p}: the token is shorter than 16 characters; use a random one "
-                         "(python -c 'import secrets; print(secrets.token_urlsafe(32))')")
+        raise ServeError(
+            f"{p}: the token is shorter than 16 characters; use a random one "
+            "(python -c 'import secrets; print(secrets.token_urlsafe(32))')"
+        )
     return token
 
 
@@ -57,8 +60,17 @@ def check_port(host: str, port: int) -> None:
             raise ServeError(f"cannot listen on {host}:{port}: {why}") from None
 
 
-def serve(config: EnginesConfig, store_url: str | None, settings: ServiceSettings, *, host: str = "127.0.0.1",
-          port: int = 8321, token_file: str | Path | None = None, log: Log = print, access_log: bool = False) -> int:
+def serve(
+    config: EnginesConfig,
+    store_url: str | None,
+    settings: ServiceSettings,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8321,
+    token_file: str | Path | None = None,
+    log: Log = print,
+    access_log: bool = False,
+) -> int:
     """Run the service until stopped; returns the exit code: 0 after SIGINT/SIGTERM (the running batch finished,
     the engines closed), 2 when the engines fail to start."""
     import uvicorn
@@ -77,13 +89,22 @@ def serve(config: EnginesConfig, store_url: str | None, settings: ServiceSetting
 
     service = Service(settings, store, open_engines, token=token, log=log, close_engines=pool.close)
     app = create_app(service)
-    uv = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=access_log,
-                        timeout_graceful_shutdown=30, lifespan="on")
+    uv = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        access_log=access_log,
+        timeout_graceful_shutdown=30,
+        lifespan="on",
+    )
     server = uvicorn.Server(uv)
     service.on_failure = lambda: setattr(server, "should_exit", True)
     logging.getLogger("uvicorn.error").setLevel(logging.WARNING)
-    log(f"serving on http://{host}:{port} (store {store.url}, run id {settings.run_id!r}"
-        f"{', bearer token required' if token else ''}); loading the engines, GET /ready says when they are up")
+    log(
+        f"serving on http://{host}:{port} (store {store.url}, run id {settings.run_id!r}"
+        f"{', bearer token required' if token else ''}); loading the engines, GET /ready says when they are up"
+    )
     # uvicorn shuts down gracefully on SIGINT/SIGTERM, restores the handlers it found and raises the signal again:
     # the CLI's handlers would turn that into exit 130/143 after a clean shutdown. Quiet handlers while it runs.
     previous = {sig: signal.signal(sig, lambda *_a: None) for sig in (signal.SIGINT, signal.SIGTERM)}

@@ -16,21 +16,38 @@ class ServiceSettings(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    run_id: str = Field("service", pattern=SEGMENT_PATTERN,
-                        description="run_id of the lineage rows (stage 'service', round 0). One service process per "
-                        "run id: at start it sweeps the batches of that run id that never committed.")
-    rubric_rollouts: int = Field(1, ge=1, le=8, description="rubrics per set for /v1/rewards and /get_reward "
-                                 "(a member's reward is the mean of its scores over them)")
+    run_id: str = Field(
+        "service",
+        pattern=SEGMENT_PATTERN,
+        description="run_id of the lineage rows (stage 'service', round 0). One service process per "
+        "run id: at start it sweeps the batches of that run id that never committed.",
+    )
+    rubric_rollouts: int = Field(
+        1,
+        ge=1,
+        le=8,
+        description="rubrics per set for /v1/rewards and /get_reward "
+        "(a member's reward is the mean of its scores over them)",
+    )
     rubric_temperature: float = Field(0.7, ge=0.0, le=2.0, description="sampling temperature of the generator")
     rubric_max_tokens: int = Field(512, ge=16, le=4096, description="longest rubric the generator may write")
-    group_size: int = Field(4, ge=2, le=64, description="/get_reward (OpenRLHF): responses per prompt that form "
-                            "one set")
-    group_timeout_s: float = Field(120.0, gt=0, le=3600, description="longest wait for a group's last member; "
-                                   "then every waiting member gets 504 group_incomplete")
+    group_size: int = Field(
+        4, ge=2, le=64, description="/get_reward (OpenRLHF): responses per prompt that form one set"
+    )
+    group_timeout_s: float = Field(
+        120.0,
+        gt=0,
+        le=3600,
+        description="longest wait for a group's last member; then every waiting member gets 504 group_incomplete",
+    )
     max_open_groups: int = Field(1024, ge=1, description="groups collecting members at once (more: 503 busy)")
     max_batch_sets: int = Field(32, ge=1, le=1024, description="most sets one engine batch holds")
-    batch_wait_s: float = Field(0.02, ge=0.0, le=5.0, description="how long the worker waits for more sets "
-                                "after the first before it starts a batch")
+    batch_wait_s: float = Field(
+        0.02,
+        ge=0.0,
+        le=5.0,
+        description="how long the worker waits for more sets after the first before it starts a batch",
+    )
     max_queue_sets: int = Field(4096, ge=1, description="sets waiting for the engines at most (more: 503 busy)")
     max_body_bytes: int = Field(1_048_576, ge=1024, description="largest request body (more: 413)")
     max_responses: int = Field(64, ge=1, le=1024, description="most responses in one set")

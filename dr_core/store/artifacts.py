@@ -12,7 +12,7 @@ uploaded) and idempotent: writing the same step again replaces its file, so rows
 
 ``connect()`` gives a DuckDB connection where every table is a view of that name over the store's files.
 
-    python -c "from dr_core.store.artifacts import Store; s = Store.from_url('/tmp/st'); print(s.connect().sql('FROM anchors'))"
+    python -c "from dr_core.store.artifacts import Store; print(Store.from_url('/tmp/st').connect().sql('FROM t'))"
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dr_core.hashing import update_from_file
-from dr_core.store import atomic, sql
 from dr_core.paths import cache_dir
+from dr_core.store import atomic, sql
 from dr_core.store.schemas import TABLES, conform, spec, to_arrow
 
 #: Tables whose DuckDB view matches columns by name: ``steps`` gained a column (``peak_rss_mb``), so a store holds
@@ -113,8 +113,11 @@ class S3Options:
             secret=self.secret,
             endpoint_url=self.endpoint_url,
             client_kwargs=client_kwargs,
-            config_kwargs={"connect_timeout": self.connect_timeout_s, "read_timeout": self.read_timeout_s,
-                           "retries": {"total_max_attempts": 1, "mode": "standard"}},
+            config_kwargs={
+                "connect_timeout": self.connect_timeout_s,
+                "read_timeout": self.read_timeout_s,
+                "retries": {"total_max_attempts": 1, "mode": "standard"},
+            },
             use_listings_cache=False,
             skip_instance_cache=True,
         )
@@ -191,7 +194,7 @@ class Store:
         """The filesystem path of a URI of this store (s3fs paths have no scheme)."""
         if not uri.startswith(self.url + "/"):
             raise ValueError(f"{uri!r} is not in store {self.url!r}")
-        return f"{self.root}/{uri[len(self.url) + 1:]}"
+        return f"{self.root}/{uri[len(self.url) + 1 :]}"
 
     def table_glob(self, table: str) -> str:
         """A glob URI matching every part file of ``table`` (what the DuckDB views read)."""
@@ -244,8 +247,9 @@ class Store:
             try:
                 _atomic_local_write(path, payload)
             except OSError as exc:
-                raise StoreError(f"cannot write {path}: {exc.strerror or exc} (the previous file, if any, is "
-                                 "unchanged)") from exc
+                raise StoreError(
+                    f"cannot write {path}: {exc.strerror or exc} (the previous file, if any, is unchanged)"
+                ) from exc
             return
         with self._errors(f"writing {path}"):
             if not self._bucket_exists():
@@ -273,8 +277,9 @@ class Store:
         return f"S3 store {self.url} at {self.s3.endpoint if self.s3 else 'the default endpoint'}"
 
     def _no_bucket(self) -> StoreError:
-        return StoreError(f"{self._where()}: bucket {self.bucket!r} does not exist; check the name, or create it "
-                          "with --create-bucket")
+        return StoreError(
+            f"{self._where()}: bucket {self.bucket!r} does not exist; check the name, or create it with --create-bucket"
+        )
 
     @contextlib.contextmanager
     def _errors(self, action: str):
@@ -397,16 +402,23 @@ class Store:
                 # written through conform(), so they share the schema. A schema change needs old parts rewritten,
                 # except in the small steps table, which gained a column (peak_rss_mb) and is read by name.
                 # A root with glob characters in it cannot be globbed: its views list today's files instead.
-                source = ("[" + ", ".join(sql.quote(p) for p in parts) + "]") if literal_paths else \
-                    sql.quote(self.table_glob(name))
+                source = (
+                    ("[" + ", ".join(sql.quote(p) for p in parts) + "]")
+                    if literal_paths
+                    else sql.quote(self.table_glob(name))
+                )
                 try:
                     by_name = "true" if name in UNION_BY_NAME else "false"
-                    con.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet({source}, union_by_name = {by_name}, "
-                                "hive_partitioning = false)")
+                    con.execute(
+                        f"CREATE VIEW {name} AS SELECT * FROM read_parquet({source}, union_by_name = {by_name}, "
+                        "hive_partitioning = false)"
+                    )
                 except duckdb.Error as exc:
-                    raise StoreError(f"store {self.url}: table {name} cannot be read ({_cause(exc)}); a part file "
-                                     "is corrupt or not one of this table's: rewrite it (re-run its step) or "
-                                     "remove it") from None
+                    raise StoreError(
+                        f"store {self.url}: table {name} cannot be read ({_cause(exc)}); a part file "
+                        "is corrupt or not one of this table's: rewrite it (re-run its step) or "
+                        "remove it"
+                    ) from None
             else:
                 con.register(name, spec(name).schema.empty_table())
         return self.confine(con)
@@ -444,7 +456,7 @@ def _check_segment(what: str, value) -> None:
 
 def _strip_root(path: str, root: str) -> str:
     path = path.replace("\\", "/")
-    return path[len(root) + 1:] if path.startswith(root + "/") else path
+    return path[len(root) + 1 :] if path.startswith(root + "/") else path
 
 
 def _with_keys(table: str, t: pa.Table, keys: dict) -> pa.Table:
@@ -461,7 +473,8 @@ def _with_keys(table: str, t: pa.Table, keys: dict) -> pa.Table:
 
 
 def _atomic_local_write(path: str, payload: bytes) -> None:
-    """``dr_core.store.atomic.write_atomic``: temp file beside the target (never matched by ``*.parquet``), flock, fsync,
+    """``dr_core.store.atomic.write_atomic``: temp file beside the target (never matched by ``*.parquet``), flock,
+    fsync,
     umask's mode, ``os.replace``; stale temp files of dead writers in the directory are swept first. The
     ``store-write`` fault point (dr_core/faults.py) is half-way through the bytes."""
     atomic.write_atomic(path, payload, fault="store-write")

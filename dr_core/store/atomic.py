@@ -129,12 +129,12 @@ def _write_temp(path: str, payload: bytes, fault: str | None = None) -> tuple[st
         if fault:  # a DR_FAULT point half-way through the bytes (dr_core/faults.py), as a crash mid-write
             half = view[: len(view) // 2]
             while half:
-                half = half[os.write(fd, half):]
+                half = half[os.write(fd, half) :]
             os.fsync(fd)
             faults.fault_point(fault, store_path=path)
-            view = view[len(view) // 2:]
+            view = view[len(view) // 2 :]
         while view:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
         os.fsync(fd)
     except BaseException:
         os.close(fd)
@@ -187,7 +187,8 @@ def write_atomic(path: str | Path, payload: bytes | str, fault: str | None = Non
 
 def publish_dir(staged: str | Path, target: str | Path) -> Path:
     """Make the finished directory ``staged`` (built beside ``target``, or in a temp directory beside it: the same
-    filesystem, so the rename is atomic) appear as ``target``: an old ``target`` is removed, then ``staged`` is renamed onto it and the parent
+    filesystem, so the rename is atomic) appear as ``target``: an old ``target`` is removed, then ``staged`` is renamed
+    onto it and the parent
     directory fsynced. Returns ``target`` as a Path."""
     staged, target = Path(staged), Path(target)
     if target.exists():  # a finished old copy or a leftover: os.replace cannot replace a non-empty directory

@@ -66,12 +66,18 @@ def materialise(store: Store, uri: str) -> Path:
     return local
 
 
-def register(store: Store, run_id: str, round_no: int, role: str, uri: str, parent: str | None,
-             metrics: dict | None = None) -> str:
+def register(
+    store: Store, run_id: str, round_no: int, role: str, uri: str, parent: str | None, metrics: dict | None = None
+) -> str:
     """One checkpoints-table row (run, round, role, uri, parent, metrics): its own part file, so registering the
     same checkpoint again replaces the row."""
-    row = {"role": role, "uri": uri, "parent": parent, "metrics_json": json.dumps(metrics or {}, default=str),
-           "created_at": dt.datetime.now(dt.timezone.utc)}
+    row = {
+        "role": role,
+        "uri": uri,
+        "parent": parent,
+        "metrics_json": json.dumps(metrics or {}, default=str),
+        "created_at": dt.datetime.now(dt.timezone.utc),
+    }
     return store.write("checkpoints", [row], part=role, run_id=run_id, round=round_no)
 
 

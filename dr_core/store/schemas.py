@@ -57,132 +57,150 @@ _RUN_STAGE = [*_RUN, _f("stage", pa.string())]
 _SPECS = [
     TableSpec(
         "runs",
-        pa.schema([
-            _f("run_id", pa.string()),
-            _f("created_at", pa.timestamp("us", tz="UTC")),
-            _f("status", pa.string()),
-            _f("config_json", pa.string(), True),
-            _f("code_version", pa.string(), True),
-        ]),
+        pa.schema(
+            [
+                _f("run_id", pa.string()),
+                _f("created_at", pa.timestamp("us", tz="UTC")),
+                _f("status", pa.string()),
+                _f("config_json", pa.string(), True),
+                _f("code_version", pa.string(), True),
+            ]
+        ),
         ("run_id",),
         "one row per run: its typed config as JSON and the code version it ran",
     ),
     TableSpec(
         "prompts",
-        pa.schema([
-            _f("dataset", pa.string()),
-            _f("prompt_id", pa.string()),
-            _f("prompt", pa.string()),
-            _f("baseline", pa.string(), True),
-        ]),
+        pa.schema(
+            [
+                _f("dataset", pa.string()),
+                _f("prompt_id", pa.string()),
+                _f("prompt", pa.string()),
+                _f("baseline", pa.string(), True),
+            ]
+        ),
         ("dataset",),
         "one row per prompt of an ingested prompt set",
     ),
     TableSpec(
         "anchors",
-        pa.schema([
-            _f("dataset", pa.string()),
-            _f("prompt_id", pa.string()),
-            _f("prompt", pa.string()),
-            _f("rank", pa.int32()),
-            _f("response", pa.string()),
-            _f("source", pa.string()),
-            _f("score", pa.float64(), True),
-        ]),
+        pa.schema(
+            [
+                _f("dataset", pa.string()),
+                _f("prompt_id", pa.string()),
+                _f("prompt", pa.string()),
+                _f("rank", pa.int32()),
+                _f("response", pa.string()),
+                _f("source", pa.string()),
+                _f("score", pa.float64(), True),
+            ]
+        ),
         ("dataset",),
         "one row per (prompt, ranked response); rank 1 = best (the paper's C_anchor)",
     ),
     TableSpec(
         "samples",
-        pa.schema([
-            *_RUN_STAGE,
-            _f("set_id", pa.int64()),
-            _f("prompt_id", pa.string()),
-            _f("response_idx", pa.int32()),
-            _f("policy_ckpt", pa.string()),
-            _f("response", pa.string()),
-            _f("prompt_tokens", pa.int32(), True),
-            _f("response_tokens", pa.int32(), True),
-        ]),
+        pa.schema(
+            [
+                *_RUN_STAGE,
+                _f("set_id", pa.int64()),
+                _f("prompt_id", pa.string()),
+                _f("response_idx", pa.int32()),
+                _f("policy_ckpt", pa.string()),
+                _f("response", pa.string()),
+                _f("prompt_tokens", pa.int32(), True),
+                _f("response_tokens", pa.int32(), True),
+            ]
+        ),
         RUN_KEYS,
         "one row per sampled response: the response sets C",
     ),
     TableSpec(
         "rubrics",
-        pa.schema([
-            *_RUN_STAGE,
-            _f("set_id", pa.int64()),
-            _f("generator_ckpt", pa.string()),
-            _f("rollout", pa.int32()),
-            _f("item", pa.int32(), True),
-            _f("criterion", pa.string(), True),
-            _f("weight", pa.int8(), True),
-            _f("error", pa.string(), True),
-        ]),
+        pa.schema(
+            [
+                *_RUN_STAGE,
+                _f("set_id", pa.int64()),
+                _f("generator_ckpt", pa.string()),
+                _f("rollout", pa.int32()),
+                _f("item", pa.int32(), True),
+                _f("criterion", pa.string(), True),
+                _f("weight", pa.int8(), True),
+                _f("error", pa.string(), True),
+            ]
+        ),
         RUN_KEYS,
         "one row per rubric item; a rollout that gave no usable rubric is one row with item NULL and error set",
     ),
     TableSpec(
         "verdicts",
-        pa.schema([
-            *_RUN_STAGE,
-            _f("set_id", pa.int64()),
-            _f("rollout", pa.int32()),
-            _f("item", pa.int32()),
-            _f("target", pa.string()),
-            _f("response", pa.int32()),
-            _f("verdict", pa.bool_(), True),
-            _f("verifier", pa.string()),
-        ]),
+        pa.schema(
+            [
+                *_RUN_STAGE,
+                _f("set_id", pa.int64()),
+                _f("rollout", pa.int32()),
+                _f("item", pa.int32()),
+                _f("target", pa.string()),
+                _f("response", pa.int32()),
+                _f("verdict", pa.bool_(), True),
+                _f("verifier", pa.string()),
+            ]
+        ),
         RUN_KEYS,
         "one row per (rubric item, target response): yes/no, NULL when the verifier could not answer",
     ),
     TableSpec(
         "scores",
-        pa.schema([
-            *_RUN_STAGE,
-            _f("set_id", pa.int64()),
-            _f("rollout", pa.int32()),
-            _f("target", pa.string()),
-            _f("response", pa.int32()),
-            _f("score", pa.float64(), True),
-        ]),
+        pa.schema(
+            [
+                *_RUN_STAGE,
+                _f("set_id", pa.int64()),
+                _f("rollout", pa.int32()),
+                _f("target", pa.string()),
+                _f("response", pa.int32()),
+                _f("score", pa.float64(), True),
+            ]
+        ),
         RUN_KEYS,
         "one row per (rubric rollout, target response): Eq. 12 score, NULL when unscorable",
     ),
     TableSpec(
         "rewards",
-        pa.schema([
-            *_RUN_STAGE,
-            _f("set_id", pa.int64()),
-            _f("rollout", pa.int32()),
-            _f("r_disc", pa.float64(), True),
-            _f("r_anchor", pa.float64(), True),
-            _f("adv_disc", pa.float64(), True),
-            _f("adv_anchor", pa.float64(), True),
-            _f("advantage", pa.float64(), True),
-        ]),
+        pa.schema(
+            [
+                *_RUN_STAGE,
+                _f("set_id", pa.int64()),
+                _f("rollout", pa.int32()),
+                _f("r_disc", pa.float64(), True),
+                _f("r_anchor", pa.float64(), True),
+                _f("adv_disc", pa.float64(), True),
+                _f("adv_anchor", pa.float64(), True),
+                _f("advantage", pa.float64(), True),
+            ]
+        ),
         RUN_KEYS,
         "one row per GRPO rollout: R_disc (Eq. 13), R_anchor (Eq. 15) and advantages (Eq. 24-25); a policy-update "
         "row is one completion (rollout = step x K + index) with its Eq. 21 advantage and no R_disc / R_anchor",
     ),
     TableSpec(
         "requests",
-        pa.schema([
-            *_RUN_STAGE,
-            _f("set_id", pa.int64()),
-            _f("batch", pa.string()),
-            _f("request_id", pa.string()),
-            _f("route", pa.string()),
-            _f("group_id", pa.string(), True),
-            _f("response_idx", pa.int32(), True),
-            _f("reward", pa.float64(), True),
-            _f("rubric_id", pa.string(), True),
-            _f("received_at", pa.timestamp("us", tz="UTC")),
-            _f("prompt", pa.string()),
-            _f("fingerprint", pa.string()),
-            _f("answer_json", pa.string()),
-        ]),
+        pa.schema(
+            [
+                *_RUN_STAGE,
+                _f("set_id", pa.int64()),
+                _f("batch", pa.string()),
+                _f("request_id", pa.string()),
+                _f("route", pa.string()),
+                _f("group_id", pa.string(), True),
+                _f("response_idx", pa.int32(), True),
+                _f("reward", pa.float64(), True),
+                _f("rubric_id", pa.string(), True),
+                _f("received_at", pa.timestamp("us", tz="UTC")),
+                _f("prompt", pa.string()),
+                _f("fingerprint", pa.string()),
+                _f("answer_json", pa.string()),
+            ]
+        ),
         RUN_KEYS,
         "one row per answered reward-service request (stage service): the set it was scored in, its response in "
         "that set (NULL for a whole-set request), the reward given (NULL when unscorable) and the exact answer "
@@ -190,29 +208,33 @@ _SPECS = [
     ),
     TableSpec(
         "checkpoints",
-        pa.schema([
-            *_RUN,
-            _f("role", pa.string()),
-            _f("uri", pa.string()),
-            _f("parent", pa.string(), True),
-            _f("metrics_json", pa.string(), True),
-            _f("created_at", pa.timestamp("us", tz="UTC"), True),
-        ]),
+        pa.schema(
+            [
+                *_RUN,
+                _f("role", pa.string()),
+                _f("uri", pa.string()),
+                _f("parent", pa.string(), True),
+                _f("metrics_json", pa.string(), True),
+                _f("created_at", pa.timestamp("us", tz="UTC"), True),
+            ]
+        ),
         RUN_KEYS,
         "one row per saved checkpoint (role generator | policy) with its parent checkpoint",
     ),
     TableSpec(
         "steps",
-        pa.schema([
-            *_RUN,
-            _f("execution", pa.string()),
-            _f("flow", pa.string()),
-            _f("step", pa.string()),
-            _f("state", pa.string()),
-            _f("started_at", pa.timestamp("us", tz="UTC")),
-            _f("seconds", pa.float64()),
-            _f("peak_rss_mb", pa.float64(), True),
-        ]),
+        pa.schema(
+            [
+                *_RUN,
+                _f("execution", pa.string()),
+                _f("flow", pa.string()),
+                _f("step", pa.string()),
+                _f("state", pa.string()),
+                _f("started_at", pa.timestamp("us", tz="UTC")),
+                _f("seconds", pa.float64()),
+                _f("peak_rss_mb", pa.float64(), True),
+            ]
+        ),
         RUN_KEYS,
         "one row per flow step of one flow run (execution): Completed (ran), Cached (served from the cache) or "
         "Failed, with its wall seconds and the flow process's peak resident memory meanwhile (MB; NULL in rows "
@@ -220,15 +242,17 @@ _SPECS = [
     ),
     TableSpec(
         "eval",
-        pa.schema([
-            *_RUN,
-            _f("benchmark", pa.string()),
-            _f("checkpoint", pa.string()),
-            _f("verifier", pa.string(), True),
-            _f("seed", pa.int64()),
-            _f("metric", pa.string()),
-            _f("value", pa.float64(), True),
-        ]),
+        pa.schema(
+            [
+                *_RUN,
+                _f("benchmark", pa.string()),
+                _f("checkpoint", pa.string()),
+                _f("verifier", pa.string(), True),
+                _f("seed", pa.int64()),
+                _f("metric", pa.string()),
+                _f("value", pa.float64(), True),
+            ]
+        ),
         RUN_KEYS,
         "one row per (benchmark, checkpoint, verifier, seed, metric); value NULL when it could not be computed",
     ),

@@ -76,7 +76,10 @@ class Query:
         return values
 
     def _signature(self) -> str:
-        return ", ".join(f"{p.name} {p.type}" + ("" if p.required else f" = {'NULL' if p.default is None else p.default}") for p in self.params.values())
+        return ", ".join(
+            f"{p.name} {p.type}" + ("" if p.required else f" = {'NULL' if p.default is None else p.default}")
+            for p in self.params.values()
+        )
 
 
 def _convert(query: str, pname: str, ptype: str, value: object) -> object:
@@ -118,8 +121,9 @@ def load(name: str, sql_dir: Path = SQL_DIR) -> Query:
     return Query(name, text, "\n".join(header_lines), params)
 
 
-def run(con: duckdb.DuckDBPyConnection, name: str, params: dict[str, object] | None = None,
-        sql_dir: Path = SQL_DIR) -> pa.Table:
+def run(
+    con: duckdb.DuckDBPyConnection, name: str, params: dict[str, object] | None = None, sql_dir: Path = SQL_DIR
+) -> pa.Table:
     """Run the named query on ``con`` (views named after the tables, e.g. from ``Store.connect()``) with bound
     ``params`` (declared defaults fill the rest). Returns the result rows as a pyarrow Table."""
     query = load(name, sql_dir)
@@ -142,8 +146,9 @@ def quote(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
-def run_on_tables(name: str, tables: dict[str, pa.Table], params: dict[str, object] | None = None,
-                  sql_dir: Path = SQL_DIR) -> pa.Table:
+def run_on_tables(
+    name: str, tables: dict[str, pa.Table], params: dict[str, object] | None = None, sql_dir: Path = SQL_DIR
+) -> pa.Table:
     """Run the named query over in-memory ``tables`` (view name -> rows) instead of a store, on a connection that
     can read nothing else (no files, no URLs, no extensions)."""
     con = duckdb.connect()
@@ -175,14 +180,18 @@ def check_read_only(con: duckdb.DuckDBPyConnection, text: str) -> None:
         if m is None:
             raise QueryError("refused: cannot find the statement inside this EXPLAIN")
         if m.group("analyze") or re.search(r"ANALY[SZ]E", m.group(1) or "", re.IGNORECASE):
-            raise QueryError("refused: EXPLAIN ANALYZE executes the statement inside it; use EXPLAIN (the plan "
-                             "only) or run the SELECT itself")
-        check_read_only(con, text[m.end():])
+            raise QueryError(
+                "refused: EXPLAIN ANALYZE executes the statement inside it; use EXPLAIN (the plan "
+                "only) or run the SELECT itself"
+            )
+        check_read_only(con, text[m.end() :])
         return
     if kind != duckdb.StatementType.SELECT:
-        raise QueryError(f"refused: `dr sql` is read-only and this is a {kind.name} statement; only SELECT (incl. "
-                         "WITH/FROM/DESCRIBE/SUMMARIZE) and EXPLAIN may run. Artifacts are written by the pipeline "
-                         "and `dr ingest`.")
+        raise QueryError(
+            f"refused: `dr sql` is read-only and this is a {kind.name} statement; only SELECT (incl. "
+            "WITH/FROM/DESCRIBE/SUMMARIZE) and EXPLAIN may run. Artifacts are written by the pipeline "
+            "and `dr ingest`."
+        )
 
 
 def run_read_only(con: duckdb.DuckDBPyConnection, text: str) -> pa.Table:

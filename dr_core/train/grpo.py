@@ -8,13 +8,15 @@ C shown in the seeded order ``evaluator.shuffled_order(K, settings.seed, group_i
 write one ``[w] criterion`` per line and start from the primer ``prompts.LINES_ROLLOUT_PREFIX``, which is part of
 the rollout's text for parsing: unconstrained, SmolLM2-135M wrote no parseable JSON rubric at temperature 1.0, while
 primed lines parsed 16 of 16 (it copies the prompt's example criteria often: that is a weak model's behaviour and
-exactly what R_disc penalises, since copied generic criteria rarely split the set). The frozen verifier applies each rubric to C and
+exactly what R_disc penalises, since copied generic criteria rarely split the set). The frozen verifier applies each
+rubric to C and
 to the anchor list (``evaluator.score_rubrics``); the rewards are R_disc (Eq. 13, on C) and R_anchor (Eq. 15, on
 the anchors). They are combined at the advantage level, Eq. 24-25:
 
     A_i = (R_disc_i - mean_g) / (std_g + 1e-4) + lam * (R_anchor_i - mean_g) / (std_g + 1e-4)
 
-computed by ``dr_core.scoring.equations.combined_advantages`` for each whole group inside ONE reward function, which returns
+computed by ``dr_core.scoring.equations.combined_advantages`` for each whole group inside ONE reward function, which
+returns
 A_i itself as the reward, and the trainer runs with ``GRPOConfig(scale_rewards="none")``. Why that is exactly
 Eq. 24-25: in TRL 1.16 (trl/trainer/grpo_trainer.py, ``_generate_and_score_completions``, the default
 ``multi_objective_aggregation="sum_then_normalize"``) the advantage is ``rewards - mean_grouped_rewards`` and the
@@ -63,7 +65,8 @@ same ``out_dir`` resumes from the newest checkpoint whose ``trainer_state.json``
 final model (merged when LoRA) and its tokenizer go to ``out_dir/final``, written under a temporary name, with
 ``result.json`` and then the ``.dr-complete`` marker last, and renamed into place; a call that finds a complete
 ``out_dir/final`` returns its saved result without training again. Once ``final`` is in place the resumable
-checkpoints are deleted (``keep_resume_checkpoints`` keeps them): for SmolLM2-135M they are 1.6 GB per update. The reward history is appended to
+checkpoints are deleted (``keep_resume_checkpoints`` keeps them): for SmolLM2-135M they are 1.6 GB per update. The
+reward history is appended to
 ``out_dir/history.jsonl`` so a resumed run reports the whole run. Likewise every rollout record goes to
 ``out_dir/records.jsonl`` as it is handed to ``on_rollouts``: a resumed call first hands ``on_rollouts`` the records
 of the steps before its checkpoint (those after it are done again), and a call that finds the finished model hands
@@ -90,19 +93,18 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from dr_core import faults, progress
+from dr_core.constants import COMPLETE_MARKER, UNSCORABLE
 from dr_core.engines.base import Engine
 from dr_core.evaluator.generate import shuffled_order
 from dr_core.evaluator.items import EvalItem, GeneratedRubric
 from dr_core.evaluator.score import evaluate_sets, score_rubrics
-from dr_core import faults, progress
 from dr_core.resources import return_freed_memory
-from dr_core.train import logprobs, lora
 from dr_core.rubric import prompts
-from dr_core.store.atomic import publish_dir, write_atomic
-from dr_core.constants import COMPLETE_MARKER
-from dr_core.constants import UNSCORABLE
 from dr_core.rubric.schema import Rubric, RubricError, parse_rubric
 from dr_core.scoring.equations import anchor_reward, combined_advantages
+from dr_core.store.atomic import publish_dir, write_atomic
+from dr_core.train import logprobs, lora
 from dr_core.train.settings import GRPOSettings
 
 FINAL_DIR = "final"
@@ -218,9 +220,15 @@ class GeneratorReward:
 
     __name__ = "dr_generator_advantage"
 
-    def __init__(self, rows: Sequence[GeneratorRow], verifier: Engine, settings: GRPOSettings,
-                 on_rollouts: OnRollouts | None = None, history: list[dict] | None = None,
-                 eos_token_id: int | None = None):
+    def __init__(
+        self,
+        rows: Sequence[GeneratorRow],
+        verifier: Engine,
+        settings: GRPOSettings,
+        on_rollouts: OnRollouts | None = None,
+        history: list[dict] | None = None,
+        eos_token_id: int | None = None,
+    ):
         self.rows = {r.group_id: r for r in rows}
         self.verifier, self.settings, self.on_rollouts = verifier, settings, on_rollouts
         self.history = history if history is not None else []
@@ -230,8 +238,16 @@ class GeneratorReward:
         ids = list(ids) if ids is not None else []
         return len(ids) >= self.settings.max_completion_length and (not ids or ids[-1] != self.eos_token_id)
 
-    def __call__(self, prompts=None, completions=(), completion_ids=None, group_id=(), trainer_state=None,
-                 log_metric=None, **_kwargs) -> list[float]:
+    def __call__(
+        self,
+        prompts=None,
+        completions=(),
+        completion_ids=None,
+        group_id=(),
+        trainer_state=None,
+        log_metric=None,
+        **_kwargs,
+    ) -> list[float]:
         started = time.perf_counter()
         g = self.settings.num_generations
         blocks = check_whole_groups(group_id, g)
@@ -246,12 +262,21 @@ class GeneratorReward:
             rubric = parsed if isinstance(parsed, Rubric) else UNSCORABLE
             error = None if rubric is not None else str(parsed.reason.value)
             items.append(EvalItem(row.prompt, tuple(row.candidates), tuple(row.anchors)))
-            gens.append([GeneratedRubric(
-                item=i, seed=self.settings.seed,
-                permutation=shuffled_order(len(row.candidates), self.settings.seed, row.group_id), text=text,
-                finish_reason="length" if truncated else "stop", rubric=rubric, error=error, prompt_tokens=0,
-                completion_tokens=len(ids[i]) if ids[i] is not None else 0,
-            )])
+            gens.append(
+                [
+                    GeneratedRubric(
+                        item=i,
+                        seed=self.settings.seed,
+                        permutation=shuffled_order(len(row.candidates), self.settings.seed, row.group_id),
+                        text=text,
+                        finish_reason="length" if truncated else "stop",
+                        rubric=rubric,
+                        error=error,
+                        prompt_tokens=0,
+                        completion_tokens=len(ids[i]) if ids[i] is not None else 0,
+                    )
+                ]
+            )
         with progress.activity("reward verdicts", "verdicts"):
             scored, _stats = score_rubrics(self.verifier, items, gens)
         r_disc, r_anchor, scorable = [], [], []
@@ -262,28 +287,43 @@ class GeneratorReward:
             r_anchor.append(s.r_anchor if ok else anchor_floor(len(item.anchors)))
         adv = combined_advantages(r_disc, r_anchor, g, self.settings.lam)
         records = []
-        for i, (item, (s,)) in enumerate(zip(items, scored)):
+        for i, (s,) in enumerate(scored):
             gen = s.generation
-            records.append({
-                "group_id": blocks[i // g], "rollout": i % g, "step": step, "text": gen.text,
-                "truncated": gen.finish_reason == "length",
-                "items": [(it.criterion, it.weight) for it in gen.rubric.items] if gen.rubric else None,
-                "dropped": gen.dropped, "error": gen.error or (None if scorable[i] else "; ".join(s.unscorable)),
-                "verdicts_C": s.verdicts, "verdicts_anchor": s.anchor_verdicts, "scores_C": s.scores,
-                "scores_anchor": s.anchor_scores, "r_disc": float(r_disc[i]), "r_anchor": float(r_anchor[i]),
-                "scorable": scorable[i], "advantage": float(adv[i]),
-            })
+            records.append(
+                {
+                    "group_id": blocks[i // g],
+                    "rollout": i % g,
+                    "step": step,
+                    "text": gen.text,
+                    "truncated": gen.finish_reason == "length",
+                    "items": [(it.criterion, it.weight) for it in gen.rubric.items] if gen.rubric else None,
+                    "dropped": gen.dropped,
+                    "error": gen.error or (None if scorable[i] else "; ".join(s.unscorable)),
+                    "verdicts_C": s.verdicts,
+                    "verdicts_anchor": s.anchor_verdicts,
+                    "scores_C": s.scores,
+                    "scores_anchor": s.anchor_scores,
+                    "r_disc": float(r_disc[i]),
+                    "r_anchor": float(r_anchor[i]),
+                    "scorable": scorable[i],
+                    "advantage": float(adv[i]),
+                }
+            )
         lam = self.settings.lam
         entry = {
-            "step": step, "rollouts": len(texts), "groups": len(blocks),
+            "step": step,
+            "rollouts": len(texts),
+            "groups": len(blocks),
             "reward_mean": float(np.mean(np.asarray(r_disc) + lam * np.asarray(r_anchor))),
-            "r_disc_mean": float(np.mean(r_disc)), "r_anchor_mean": float(np.mean(r_anchor)),
+            "r_disc_mean": float(np.mean(r_disc)),
+            "r_anchor_mean": float(np.mean(r_anchor)),
             "unparseable": sum(r["items"] is None for r in records),
             "unscorable_verdicts": sum(r["items"] is not None and not r["scorable"] for r in records),
             "truncated": sum(r["truncated"] for r in records),
             "dropped_items": sum(r["dropped"] for r in records),
-            "verdicts": sum(len(r["items"] or ()) * (len(r["scores_C"] or ()) + len(r["scores_anchor"] or ()))
-                            for r in records),
+            "verdicts": sum(
+                len(r["items"] or ()) * (len(r["scores_C"] or ()) + len(r["scores_anchor"] or ())) for r in records
+            ),
             "reward_seconds": round(time.perf_counter() - started, 2),
         }
         self.history.append(entry)
@@ -301,26 +341,43 @@ class PolicyReward:
 
     __name__ = "dr_policy_score"
 
-    def __init__(self, rows: Sequence[PolicyRow], generator: Engine, verifier: Engine, settings: GRPOSettings,
-                 on_rollouts: OnRollouts | None = None, history: list[dict] | None = None):
+    def __init__(
+        self,
+        rows: Sequence[PolicyRow],
+        generator: Engine,
+        verifier: Engine,
+        settings: GRPOSettings,
+        on_rollouts: OnRollouts | None = None,
+        history: list[dict] | None = None,
+    ):
         self.rows = {r.group_id: r for r in rows}
         self.generator, self.verifier, self.settings, self.on_rollouts = generator, verifier, settings, on_rollouts
         self.history = history if history is not None else []
 
-    def __call__(self, prompts=None, completions=(), completion_ids=None, group_id=(), trainer_state=None,
-                 log_metric=None, **_kwargs) -> list[float | None]:
+    def __call__(
+        self,
+        prompts=None,
+        completions=(),
+        completion_ids=None,
+        group_id=(),
+        trainer_state=None,
+        log_metric=None,
+        **_kwargs,
+    ) -> list[float | None]:
         started = time.perf_counter()
         k = self.settings.num_generations
         blocks = check_whole_groups(group_id, k)
         step = _step(trainer_state)
         texts = [_completion_text(c) for c in completions]
-        items = [
-            EvalItem(self.rows[gid].prompt, tuple(texts[b * k : (b + 1) * k])) for b, gid in enumerate(blocks)
-        ]
+        items = [EvalItem(self.rows[gid].prompt, tuple(texts[b * k : (b + 1) * k])) for b, gid in enumerate(blocks)]
         with progress.activity("reward rubrics and verdicts", "requests"):
             ev = evaluate_sets(
-                self.generator, self.verifier, items, [self.settings.seed + step],
-                temperature=self.settings.rubric_temperature, max_tokens=self.settings.rubric_max_tokens,
+                self.generator,
+                self.verifier,
+                items,
+                [self.settings.seed + step],
+                temperature=self.settings.rubric_temperature,
+                max_tokens=self.settings.rubric_max_tokens,
                 structured=True,
             )
         rewards: list[float | None] = []
@@ -330,16 +387,27 @@ class PolicyReward:
             for r in range(k):
                 score = s.scores[r] if s.scores is not None else UNSCORABLE
                 rewards.append(score)
-                records.append({
-                    "group_id": gid, "prompt_id": self.rows[gid].prompt_id, "rollout": r, "step": step,
-                    "text": texts[b * k + r], "rubric_text": gen.text,
-                    "rubric_items": [(it.criterion, it.weight) for it in gen.rubric.items] if gen.rubric else None,
-                    "rubric_error": gen.error, "verdicts": s.verdicts[r] if s.verdicts is not None else None,
-                    "score": score,
-                })
+                records.append(
+                    {
+                        "group_id": gid,
+                        "prompt_id": self.rows[gid].prompt_id,
+                        "rollout": r,
+                        "step": step,
+                        "text": texts[b * k + r],
+                        "rubric_text": gen.text,
+                        "rubric_items": [(it.criterion, it.weight) for it in gen.rubric.items] if gen.rubric else None,
+                        "rubric_error": gen.error,
+                        "verdicts": s.verdicts[r] if s.verdicts is not None else None,
+                        "score": score,
+                    }
+                )
         entry = {
-            "step": step, "rollouts": len(texts), "groups": len(blocks), "reward_mean": _mean(rewards),
-            "scorable": sum(r is not None for r in rewards), "unscorable": sum(r is None for r in rewards),
+            "step": step,
+            "rollouts": len(texts),
+            "groups": len(blocks),
+            "reward_mean": _mean(rewards),
+            "scorable": sum(r is not None for r in rewards),
+            "unscorable": sum(r is None for r in rewards),
             "rubric_failed_groups": sum(s.generation.rubric is None for (s,) in ev.results),
             "reward_seconds": round(time.perf_counter() - started, 2),
         }
@@ -364,7 +432,9 @@ def last_checkpoint(checkpoints_dir: str | Path) -> Path | None:
     d = Path(checkpoints_dir)
     if not d.is_dir():
         return None
-    done = [p for p in d.glob("checkpoint-*") if p.name.split("-")[-1].isdigit() and (p / "trainer_state.json").is_file()]
+    done = [
+        p for p in d.glob("checkpoint-*") if p.name.split("-")[-1].isdigit() and (p / "trainer_state.json").is_file()
+    ]
     return max(done, key=lambda p: int(p.name.split("-")[-1])) if done else None
 
 
@@ -464,8 +534,11 @@ def _effective_beta(settings: GRPOSettings) -> float:
     then loads no reference model (its memory and its forward pass saved). Otherwise the settings' beta; the first
     step of a longer update still skips the reference forward (``dr_skip_ref_at_start``)."""
     one_step = settings.max_steps == 1
-    return 0.0 if one_step and _one_generation_per_step(settings.steps_per_generation,
-                                                         settings.gradient_accumulation_steps) else settings.beta
+    return (
+        0.0
+        if one_step and _one_generation_per_step(settings.steps_per_generation, settings.gradient_accumulation_steps)
+        else settings.beta
+    )
 
 
 def _one_generation_per_step(steps_per_generation: int | None, gradient_accumulation_steps: int) -> bool:
@@ -513,9 +586,13 @@ def _grpo_trainer_class():
             """True while the policy still has the reference's weights (the first optimiser step of a fresh run)
             and every completion generated now is trained on within this step (one generation per step)."""
             a = self.args
-            return (self.dr_skip_ref_at_start and self.state.global_step == 0 and self.beta != 0.0
-                    and self.num_iterations == 1
-                    and _one_generation_per_step(a.steps_per_generation, a.gradient_accumulation_steps))
+            return (
+                self.dr_skip_ref_at_start
+                and self.state.global_step == 0
+                and self.beta != 0.0
+                and self.num_iterations == 1
+                and _one_generation_per_step(a.steps_per_generation, a.gradient_accumulation_steps)
+            )
 
         def training_step(self, model, inputs, num_items_in_batch=None):
             # At the first step the policy IS the reference, so the KL term (k3 estimator) and its gradient are
@@ -530,15 +607,31 @@ def _grpo_trainer_class():
             finally:
                 self.beta, self._dr_beta_held = beta, False
 
-        def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep,
-                                               batch_size=None, compute_entropy=False, compute_aux_loss=False,
-                                               **multimodal):
+        def _get_per_token_logps_and_entropies(
+            self,
+            model,
+            input_ids,
+            attention_mask,
+            logits_to_keep,
+            batch_size=None,
+            compute_entropy=False,
+            compute_aux_loss=False,
+            **multimodal,
+        ):
             if not logprobs.completion_only_head(self, input_ids, compute_aux_loss, multimodal):
                 return super()._get_per_token_logps_and_entropies(
-                    model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
-                    compute_entropy=compute_entropy, compute_aux_loss=compute_aux_loss, **multimodal)
-            return logprobs.completion_logps(self, model, input_ids, attention_mask, logits_to_keep, batch_size,
-                                     compute_entropy)
+                    model,
+                    input_ids,
+                    attention_mask,
+                    logits_to_keep,
+                    batch_size=batch_size,
+                    compute_entropy=compute_entropy,
+                    compute_aux_loss=compute_aux_loss,
+                    **multimodal,
+                )
+            return logprobs.completion_logps(
+                self, model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy
+            )
 
         def _generate_and_score_completions(self, inputs):
             if getattr(self, "_dr_beta_held", False):
@@ -685,9 +778,14 @@ def _train(
         resumed_from=str(resume) if resume else None,
         step_seconds=train_seconds / max(1, steps - resumed_step),
         trl_advantages=list(trainer.dr_advantages),
-        rollout_stats=None if rollouts is None else {
-            "engine": "vllm", "weight_syncs": rollouts.syncs, "sync_seconds": round(rollouts.sync_seconds, 2),
-            "generate_seconds": round(rollouts.generate_seconds, 2)},
+        rollout_stats=None
+        if rollouts is None
+        else {
+            "engine": "vllm",
+            "weight_syncs": rollouts.syncs,
+            "sync_seconds": round(rollouts.sync_seconds, 2),
+            "generate_seconds": round(rollouts.generate_seconds, 2),
+        },
     )
     if main:
         tokenizer.save_pretrained(partial)
@@ -722,8 +820,9 @@ def generator_dataset(rows: Sequence[GeneratorRow], settings: GRPOSettings, toke
     out = []
     for row in rows:
         order = shuffled_order(len(row.candidates), settings.seed, row.group_id)
-        messages = prompts.dynamic_generator_messages(row.prompt, [row.candidates[k] for k in order],
-                                                      answer=settings.rubric_format)
+        messages = prompts.dynamic_generator_messages(
+            row.prompt, [row.candidates[k] for k in order], answer=settings.rubric_format
+        )
         if settings.rubric_format == "lines":
             text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
             out.append({"prompt": text + rollout_prefix(settings), "group_id": row.group_id})

@@ -31,9 +31,9 @@ from typing import Sequence
 
 from dr_core.constants import TRAINED_ROLES
 from dr_core.engines.base import Engine
+from dr_core.paths import cache_dir
 from dr_core.train.grpo import GeneratorRow, PolicyRow, TrainResult, result_dict, train_generator, train_policy
 from dr_core.train.settings import GRPOSettings
-from dr_core.paths import cache_dir
 
 
 def extensions_dir() -> Path:
@@ -78,8 +78,9 @@ def load_rows(path: str | Path, role: str) -> list[GeneratorRow] | list[PolicyRo
     return rows
 
 
-def run(role: str, base: str, rows, settings: GRPOSettings, out: str | Path, generator: Engine | None,
-        verifier: Engine) -> TrainResult:
+def run(
+    role: str, base: str, rows, settings: GRPOSettings, out: str | Path, generator: Engine | None, verifier: Engine
+) -> TrainResult:
     """One update; this process's rollout records (of the whole run, also when it resumed or had finished) are
     written to ``out/rollouts.rank<R>.jsonl``."""
     out = Path(out)

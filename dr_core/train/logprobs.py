@@ -16,12 +16,18 @@ def completion_only_head(trainer, input_ids, compute_aux_loss: bool, multimodal:
     scores EVERY position of prompt + completion ("every position is scored instead", to keep tile shapes fixed) and
     back-propagates through a Python loop of tiles: measured on the tiny preset's generator step (8 rollouts of about
     700 tokens, 128 of them completion), 40 s of a 71 s backward pass on 2 cores."""
-    return (input_ids.device.type == "cpu" and not compute_aux_loss and trainer.accelerator.num_processes == 1
-            and not trainer.is_deepspeed_enabled and all(v is None for v in multimodal.values()))
+    return (
+        input_ids.device.type == "cpu"
+        and not compute_aux_loss
+        and trainer.accelerator.num_processes == 1
+        and not trainer.is_deepspeed_enabled
+        and all(v is None for v in multimodal.values())
+    )
 
 
-def completion_logps(trainer, model, input_ids, attention_mask, logits_to_keep: int, batch_size: int | None,
-                      compute_entropy: bool):
+def completion_logps(
+    trainer, model, input_ids, attention_mask, logits_to_keep: int, batch_size: int | None, compute_entropy: bool
+):
     """Per-token log-probabilities (and entropies) of the last ``logits_to_keep`` tokens, what TRL's
     ``_get_per_token_logps_and_entropies`` returns, with the LM head applied to those positions only: the backbone
     runs under the trainer's autocast (bf16 mixed precision when training in bf16), the head in float32 on the
@@ -35,13 +41,14 @@ def completion_logps(trainer, model, input_ids, attention_mask, logits_to_keep: 
     batch_size = batch_size or input_ids.size(0)
     logps, entropies = [], []
     for start in range(0, input_ids.size(0), batch_size):
-        ids, mask = input_ids[start:start + batch_size], attention_mask[start:start + batch_size]
+        ids, mask = input_ids[start : start + batch_size], attention_mask[start : start + batch_size]
         with trainer.accelerator.autocast():
             hidden = backbone(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
-        hidden = hidden[:, -logits_to_keep - 1:-1].float()  # position t predicts token t + 1
+        hidden = hidden[:, -logits_to_keep - 1 : -1].float()  # position t predicts token t + 1
         with torch.autocast(hidden.device.type, enabled=False):
-            logits = torch.nn.functional.linear(hidden, head.weight.float(),
-                                                None if head.bias is None else head.bias.float())
+            logits = torch.nn.functional.linear(
+                hidden, head.weight.float(), None if head.bias is None else head.bias.float()
+            )
         logits = logits / trainer.temperature
         pad = mask[:, -logits_to_keep:] == 0  # as TRL: 0 at padding (the completion mask drops them anyway)
         logps.append(selective_log_softmax(logits, ids[:, -logits_to_keep:]).masked_fill(pad, 0.0))

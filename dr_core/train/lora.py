@@ -59,8 +59,10 @@ def save_merged(peft_model, base_checkpoint: str | Path, out: Path) -> None:
     for name, param in peft_model.named_parameters():
         if param.dtype == torch.bfloat16 and not param.requires_grad:
             module_name, _, attr = name.rpartition(".")
-            wanted[module_name.removeprefix("base_model.model.").replace(".base_layer", "") + "." + attr] = \
-                (peft_model.get_submodule(module_name), attr)
+            wanted[module_name.removeprefix("base_model.model.").replace(".base_layer", "") + "." + attr] = (
+                peft_model.get_submodule(module_name),
+                attr,
+            )
     for path in sorted(Path(base_checkpoint).glob("*.safetensors")):
         with safe_open(str(path), "pt") as tensors:
             for key in tensors.keys():

@@ -122,8 +122,13 @@ def read_hostfile(path: Path) -> dict[str, int]:
     return hosts
 
 
-def check_launch(launch: LaunchSettings, settings: GRPOSettings, role: str, engines: Mapping[str, EngineConfig],
-                 root: Path = REPO_DIR) -> LaunchPlan | None:
+def check_launch(
+    launch: LaunchSettings,
+    settings: GRPOSettings,
+    role: str,
+    engines: Mapping[str, EngineConfig],
+    root: Path = REPO_DIR,
+) -> LaunchPlan | None:
     """Refuse a launch that cannot work, before anything starts (``ValueError``: bad input, never retried); None
     for an in-process update. ``engines``: the configs the ranks build (role -> config). Checks the GRPO settings
     against the number of processes, the engines' secrets, the accelerate config and, with several machines, the
@@ -132,21 +137,25 @@ def check_launch(launch: LaunchSettings, settings: GRPOSettings, role: str, engi
         return None
     n, m = launch.num_processes, launch.num_machines
     if settings.rollouts == "vllm":
-        raise ValueError(f"{role}.rollouts = 'vllm' runs one vLLM engine inside the calling process: it does not "
-                         f"combine with an accelerate launch (launch.config_file = {launch.config_file!r}); set "
-                         f"{role}.rollouts: trl, or remove launch.config_file and use one process")
+        raise ValueError(
+            f"{role}.rollouts = 'vllm' runs one vLLM engine inside the calling process: it does not "
+            f"combine with an accelerate launch (launch.config_file = {launch.config_file!r}); set "
+            f"{role}.rollouts: trl, or remove launch.config_file and use one process"
+        )
     if n > 1 and settings.per_device_train_batch_size % settings.num_generations:
         raise ValueError(
             f"{role}.per_device_train_batch_size = {settings.per_device_train_batch_size} is not a multiple of "
             f"{role}.num_generations = {settings.num_generations}: with launch.num_processes = {n} TRL splits each "
             "step's batch over the ranks in slices of per_device_train_batch_size, so a group would be split "
-            "between two ranks and its set-level reward could not be computed")
+            "between two ranks and its set-level reward could not be computed"
+        )
     for name, cfg in engines.items():
         if cfg.api_key is not None or cfg.basic_auth is not None:
             raise ValueError(
                 f"engine {name}: an inline api_key or basic_auth cannot be handed to the ranks of a launched update "
                 "without writing it to disk; put the key in an environment variable and set api_key_env to its name "
-                "(the ranks read it from their environment)")
+                "(the ranks read it from their environment)"
+            )
     config_file = _resolve(launch.config_file, root)
     if not config_file.is_file():
         raise ValueError(f"launch.config_file {launch.config_file!r}: no such file (see infra/accelerate/)")
@@ -162,22 +171,28 @@ def check_launch(launch: LaunchSettings, settings: GRPOSettings, role: str, engi
         return LaunchPlan(config_file, dist, None, None, True)
     if dist != "DEEPSPEED":
         if not launch.main_process_ip:
-            raise ValueError(f"launch.num_machines = {m} with a {dist} accelerate config ({config_file.name}) needs "
-                             "launch.main_process_ip: every machine runs its own torchrun that meets the rank-0 one")
+            raise ValueError(
+                f"launch.num_machines = {m} with a {dist} accelerate config ({config_file.name}) needs "
+                "launch.main_process_ip: every machine runs its own torchrun that meets the rank-0 one"
+            )
         return LaunchPlan(config_file, dist, None, None, False)
     launcher = launch.multinode_launcher or ds.get("deepspeed_multinode_launcher") or "pdsh"
     if launcher not in HEAD_LAUNCHERS | {"standard", "nossh"}:
-        raise ValueError(f"{config_file}: deepspeed_multinode_launcher {launcher!r} is not one of "
-                         f"{', '.join(sorted(HEAD_LAUNCHERS | {'standard', 'nossh'}))}")
+        raise ValueError(
+            f"{config_file}: deepspeed_multinode_launcher {launcher!r} is not one of "
+            f"{', '.join(sorted(HEAD_LAUNCHERS | {'standard', 'nossh'}))}"
+        )
     if launcher in ("standard", "nossh") and not launch.main_process_ip:
         raise ValueError(f"the {launcher!r} launcher needs launch.main_process_ip: the address of the rank-0 machine")
     hostfile = None
     if launcher in HEAD_LAUNCHERS | {"nossh"}:
         given = launch.hostfile or ds.get("deepspeed_hostfile")
         if not given:
-            raise ValueError(f"launch.num_machines = {m} with the {launcher!r} launcher needs a DeepSpeed hostfile "
-                             "(launch.hostfile, or deepspeed_hostfile in the accelerate config): one 'hostname "
-                             "slots=N' line per machine, see infra/accelerate/hostfile.example")
+            raise ValueError(
+                f"launch.num_machines = {m} with the {launcher!r} launcher needs a DeepSpeed hostfile "
+                "(launch.hostfile, or deepspeed_hostfile in the accelerate config): one 'hostname "
+                "slots=N' line per machine, see infra/accelerate/hostfile.example"
+            )
         hostfile = _resolve(str(given), root)
         if not hostfile.is_file():
             # DeepSpeed itself would only warn and train on this machine alone
@@ -187,16 +202,19 @@ def check_launch(launch: LaunchSettings, settings: GRPOSettings, role: str, engi
             raise ValueError(f"{hostfile}: {len(hosts)} host(s) listed, launch.num_machines = {m}")
         short = {h: s for h, s in hosts.items() if s < n // m}
         if short:
-            raise ValueError(f"{hostfile}: {', '.join(short)} list(s) fewer slots than the {n // m} ranks per "
-                             f"machine (launch.num_processes = {n} over {m} machines)")
+            raise ValueError(
+                f"{hostfile}: {', '.join(short)} list(s) fewer slots than the {n // m} ranks per "
+                f"machine (launch.num_processes = {n} over {m} machines)"
+            )
     return LaunchPlan(config_file, dist, hostfile, launcher, launcher in HEAD_LAUNCHERS)
 
 
 # ------------------------------------------------------------------------------------------------ command
 
 
-def write_inputs(folder: str | Path, role: str, rows, settings: GRPOSettings,
-                 engines: Mapping[str, EngineConfig]) -> LaunchFiles:
+def write_inputs(
+    folder: str | Path, role: str, rows, settings: GRPOSettings, engines: Mapping[str, EngineConfig]
+) -> LaunchFiles:
     """The rows (``launch.load_rows``' JSON lines), settings and engines config (JSON) the ranks read."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -208,11 +226,27 @@ def write_inputs(folder: str | Path, role: str, rows, settings: GRPOSettings,
     return files
 
 
-def accelerate_command(launch: LaunchSettings, plan: LaunchPlan, role: str, base: str | Path, files: LaunchFiles,
-                       out: str | Path, python: str = sys.executable) -> list[str]:
+def accelerate_command(
+    launch: LaunchSettings,
+    plan: LaunchPlan,
+    role: str,
+    base: str | Path,
+    files: LaunchFiles,
+    out: str | Path,
+    python: str = sys.executable,
+) -> list[str]:
     """The ``accelerate launch`` command line of one launched update (run from the repository root)."""
-    cmd = [python, "-m", "accelerate.commands.launch", "--config_file", str(plan.config_file),
-           "--num_processes", str(launch.num_processes), "--num_machines", str(launch.num_machines)]
+    cmd = [
+        python,
+        "-m",
+        "accelerate.commands.launch",
+        "--config_file",
+        str(plan.config_file),
+        "--num_processes",
+        str(launch.num_processes),
+        "--num_machines",
+        str(launch.num_machines),
+    ]
     if launch.num_machines > 1:
         cmd += ["--machine_rank", str(launch.machine_rank)]
     if launch.main_process_ip:
@@ -223,8 +257,21 @@ def accelerate_command(launch: LaunchSettings, plan: LaunchPlan, role: str, base
         cmd += ["--deepspeed_multinode_launcher", plan.launcher]
     if plan.hostfile is not None:
         cmd += ["--deepspeed_hostfile", str(plan.hostfile)]
-    cmd += ["-m", "dr_core.train.launch", role, "--base", str(base), "--rows", str(files.rows),
-            "--settings", str(files.settings), "--engines", str(files.engines), "--out", str(out)]
+    cmd += [
+        "-m",
+        "dr_core.train.launch",
+        role,
+        "--base",
+        str(base),
+        "--rows",
+        str(files.rows),
+        "--settings",
+        str(files.settings),
+        "--engines",
+        str(files.engines),
+        "--out",
+        str(out),
+    ]
     return cmd
 
 
@@ -236,15 +283,23 @@ def worker_command(cmd: Sequence[str], machine_rank: int) -> list[str]:
     return out
 
 
-def launch_env(launch: LaunchSettings, base: Mapping[str, str], keep: set[str] | frozenset[str] = frozenset(),
-               python: str = sys.executable, root: Path = REPO_DIR,
-               torch_extensions: str | None = None) -> dict[str, str]:
+def launch_env(
+    launch: LaunchSettings,
+    base: Mapping[str, str],
+    keep: set[str] | frozenset[str] = frozenset(),
+    python: str = sys.executable,
+    root: Path = REPO_DIR,
+    torch_extensions: str | None = None,
+) -> dict[str, str]:
     """The environment of the launcher: ``base`` without the variables ``launch.withhold_env`` matches (``keep``:
     names passed anyway, the engines' api_key_env), plus ``launch.env``, the repository on PYTHONPATH, this
     Python's bin directory on PATH (first, unless PATH has it: accelerate runs the ``deepspeed`` script by name),
     the compiled-ops cache and the progress-lines switch."""
-    env = {k: v for k, v in base.items()
-           if k in keep or not any(fnmatch.fnmatchcase(k, pattern) for pattern in launch.withhold_env)}
+    env = {
+        k: v
+        for k, v in base.items()
+        if k in keep or not any(fnmatch.fnmatchcase(k, pattern) for pattern in launch.withhold_env)
+    }
     env.update(dict(launch.env))
     env["PYTHONPATH"] = os.pathsep.join([str(root), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])])
     path = [p for p in env.get("PATH", "").split(os.pathsep) if p]
@@ -270,7 +325,7 @@ class ProgressMirror:
         if not line.startswith(PROGRESS_PREFIX):
             return False
         try:
-            e = json.loads(line[len(PROGRESS_PREFIX):])
+            e = json.loads(line[len(PROGRESS_PREFIX) :])
             kind, key = e["event"], int(e["key"])
         except (ValueError, KeyError, TypeError):
             return False  # not ours after all: keep it in the log
@@ -311,9 +366,16 @@ def _stop(proc: subprocess.Popen, grace_s: float) -> None:
         pass
 
 
-def run_launch(cmd: Sequence[str], env: Mapping[str, str], cwd: str | Path, timeout_s: float, log_path: str | Path,
-               on_line: Callable[[str], bool] | None = None, what: str = "the launch",
-               grace_s: float = STOP_GRACE_S) -> float:
+def run_launch(
+    cmd: Sequence[str],
+    env: Mapping[str, str],
+    cwd: str | Path,
+    timeout_s: float,
+    log_path: str | Path,
+    on_line: Callable[[str], bool] | None = None,
+    what: str = "the launch",
+    grace_s: float = STOP_GRACE_S,
+) -> float:
     """Run ``cmd`` in its own process group, stdout and stderr into ``log_path``; ``on_line`` sees every line first
     and returns True for one it consumed (progress); the others' last ``TAIL_LINES`` go into the error. Returns
     the seconds it took. Raises ``LaunchError`` on a non-zero exit and ``TimeoutError`` past ``timeout_s`` (its
@@ -324,9 +386,18 @@ def run_launch(cmd: Sequence[str], env: Mapping[str, str], cwd: str | Path, time
     log_path.parent.mkdir(parents=True, exist_ok=True)
     echo = progress.verbose()
     with log_path.open("w", encoding="utf-8") as log:
-        proc = subprocess.Popen(list(cmd), cwd=str(cwd), env=dict(env), stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
-                                bufsize=1, start_new_session=True)
+        proc = subprocess.Popen(
+            list(cmd),
+            cwd=str(cwd),
+            env=dict(env),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+            bufsize=1,
+            start_new_session=True,
+        )
 
         def pump() -> None:
             for line in proc.stdout:
@@ -345,8 +416,10 @@ def run_launch(cmd: Sequence[str], env: Mapping[str, str], cwd: str | Path, time
         except subprocess.TimeoutExpired:
             _stop(proc, grace_s)
             reader.join(timeout=10)
-            raise TimeoutError(f"{what} ran past launch.timeout_s = {timeout_s:g} s and was stopped; its last "
-                               f"lines (all of them: {log_path}):\n" + "\n".join(tail)) from None
+            raise TimeoutError(
+                f"{what} ran past launch.timeout_s = {timeout_s:g} s and was stopped; its last "
+                f"lines (all of them: {log_path}):\n" + "\n".join(tail)
+            ) from None
         except BaseException:  # interrupted or cancelled: the ranks must not outlive the step
             _stop(proc, grace_s)
             raise
@@ -355,8 +428,10 @@ def run_launch(cmd: Sequence[str], env: Mapping[str, str], cwd: str | Path, time
             _stop(proc, 0.0)  # what the launcher left of its group
     seconds = time.monotonic() - start
     if rc != 0:
-        raise LaunchError(f"{what} failed (exit {rc}) after {seconds:.0f} s; its last lines (all of them: "
-                          f"{log_path}):\n" + "\n".join(tail))
+        raise LaunchError(
+            f"{what} failed (exit {rc}) after {seconds:.0f} s; its last lines (all of them: "
+            f"{log_path}):\n" + "\n".join(tail)
+        )
     return seconds
 
 
@@ -403,9 +478,11 @@ def collect(out: str | Path, num_processes: int) -> tuple[TrainResult, list[dict
     for rank in range(num_processes):
         path = rollouts_path(out, rank)
         if not path.is_file():
-            raise LaunchError(f"{path} is missing: rank {rank} handed over no rollout records (with several "
-                              "machines the cache directory, $DR_CACHE_DIR, must be one filesystem they share at "
-                              "the same path)")
+            raise LaunchError(
+                f"{path} is missing: rank {rank} handed over no rollout records (with several "
+                "machines the cache directory, $DR_CACHE_DIR, must be one filesystem they share at "
+                "the same path)"
+            )
         keyed.extend(((rec["step"], rank, i), rec) for i, rec in enumerate(_jsonl(path)))
         hist = _history_path(out, rank)
         history.extend({**e, "rank": rank} for e in (_jsonl(hist) if hist.is_file() else []))
@@ -428,10 +505,20 @@ def _env_file(path: Path) -> Path:
     return path
 
 
-def launch_train(role: str, base: str | Path, rows, settings: GRPOSettings, out_dir: str | Path,
-                 launch: LaunchSettings, *, verifier: EngineConfig, generator: EngineConfig | None = None,
-                 on_rollouts: OnRollouts | None = None, python: str = sys.executable,
-                 root: Path = REPO_DIR) -> TrainResult:
+def launch_train(
+    role: str,
+    base: str | Path,
+    rows,
+    settings: GRPOSettings,
+    out_dir: str | Path,
+    launch: LaunchSettings,
+    *,
+    verifier: EngineConfig,
+    generator: EngineConfig | None = None,
+    on_rollouts: OnRollouts | None = None,
+    python: str = sys.executable,
+    root: Path = REPO_DIR,
+) -> TrainResult:
     """One update (``role`` 'generator' or 'policy') by ``accelerate launch`` as ``launch`` says; the launched twin
     of ``grpo.train_generator`` / ``grpo.train_policy`` (see the module docstring). ``verifier`` / ``generator``:
     the configs every rank builds its reward engines from (the policy update needs both). Hands ``on_rollouts``
@@ -454,15 +541,29 @@ def launch_train(role: str, base: str | Path, rows, settings: GRPOSettings, out_
         if launch.num_machines > 1 and plan.distributed_type == "DEEPSPEED" and plan.launcher != "standard":
             env_file = env["DS_ENV_FILE"] = str(_env_file(folder / "deepspeed_env"))
         if not plan.starts_all_machines:
-            others = "\n".join(f"  machine {r}: {shlex.join(worker_command(cmd, r))}"
-                               for r in range(launch.num_machines) if r != launch.machine_rank)
-            print(f"[{role} update] this step starts machine {launch.machine_rank} only; start the others from the "
-                  f"repository root with the same environment:\n{others}", file=sys.stderr, flush=True)
+            others = "\n".join(
+                f"  machine {r}: {shlex.join(worker_command(cmd, r))}"
+                for r in range(launch.num_machines)
+                if r != launch.machine_rank
+            )
+            print(
+                f"[{role} update] this step starts machine {launch.machine_rank} only; start the others from the "
+                f"repository root with the same environment:\n{others}",
+                file=sys.stderr,
+                flush=True,
+            )
         mirror = ProgressMirror()
         try:
-            run_launch(cmd, env, root, launch.timeout_s, folder / "launch.log", mirror,
-                       what=f"accelerate launch of the {role} update ({launch.num_processes} processes, "
-                            f"{launch.num_machines} machine(s))")
+            run_launch(
+                cmd,
+                env,
+                root,
+                launch.timeout_s,
+                folder / "launch.log",
+                mirror,
+                what=f"accelerate launch of the {role} update ({launch.num_processes} processes, "
+                f"{launch.num_machines} machine(s))",
+            )
         finally:
             mirror.close()
             if env_file is not None:

@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections import defaultdict
 
 from dr_core.scoring import signals
-from dr_core.train.grpo import GeneratorRow, PolicyRow
 from dr_core.scoring.equations import ADV_EPS
+from dr_core.train.grpo import GeneratorRow, PolicyRow
 
 Rows = list[dict]
 
@@ -42,8 +42,11 @@ def generator_rows(prompt_rows: Rows, sample_rows: Rows, anchor_rows: Rows) -> l
         pid = rs[0]["prompt_id"]
         if len(anchors.get(pid, ())) < 2:
             raise ValueError(f"prompt {pid!r} has fewer than 2 anchor responses: R_anchor needs a ranked list")
-        rows.append(GeneratorRow(set_id, text[pid], tuple(r["response"] for r in rs),
-                                 tuple(a["response"] for a in anchors[pid])))
+        rows.append(
+            GeneratorRow(
+                set_id, text[pid], tuple(r["response"] for r in rs), tuple(a["response"] for a in anchors[pid])
+            )
+        )
     return rows
 
 
@@ -61,8 +64,14 @@ def policy_rows(prompt_rows: Rows) -> list[PolicyRow]:
 class RolloutSink:
     """Collects training rollout records and renders them as artifact rows."""
 
-    def __init__(self, model: str, verifier: str, group_size: int, anchor_ranks: dict[int, list[int]] | None = None,
-                 generator: str | None = None):
+    def __init__(
+        self,
+        model: str,
+        verifier: str,
+        group_size: int,
+        anchor_ranks: dict[int, list[int]] | None = None,
+        generator: str | None = None,
+    ):
         """model: identity of the model being trained (G(t-1) or P(t-1)); generator: the fixed G(t) that writes the
         policy update's rubrics; anchor_ranks: group id -> the anchor ranks of GeneratorRow.anchors, in order."""
         self.model, self.verifier, self.group_size = model, verifier, group_size
@@ -81,27 +90,57 @@ class RolloutSink:
     def generator_tables(self) -> dict[str, Rows]:
         rubrics, verdicts, scores, rewards = [], [], [], []
         for rec in self.records:
-            base = {"stage": "generator", "set_id": rec["group_id"],
-                    "rollout": rec["step"] * self.group_size + rec["rollout"]}
+            base = {
+                "stage": "generator",
+                "set_id": rec["group_id"],
+                "rollout": rec["step"] * self.group_size + rec["rollout"],
+            }
             if rec["items"] is None:
-                rubrics.append({**base, "generator_ckpt": self.model, "item": None, "criterion": None, "weight": None,
-                                "error": rec["error"] or "unparseable"})
+                rubrics.append(
+                    {
+                        **base,
+                        "generator_ckpt": self.model,
+                        "item": None,
+                        "criterion": None,
+                        "weight": None,
+                        "error": rec["error"] or "unparseable",
+                    }
+                )
             else:
-                rubrics.extend({**base, "generator_ckpt": self.model, "item": m, "criterion": c, "weight": w,
-                                "error": None} for m, (c, w) in enumerate(rec["items"]))
+                rubrics.extend(
+                    {**base, "generator_ckpt": self.model, "item": m, "criterion": c, "weight": w, "error": None}
+                    for m, (c, w) in enumerate(rec["items"])
+                )
             ranks = self.anchor_ranks.get(rec["group_id"])
-            for target, matrix, score_list in (("C", rec["verdicts_C"], rec["scores_C"]),
-                                               ("anchor", rec["verdicts_anchor"], rec["scores_anchor"])):
+            for target, matrix, score_list in (
+                ("C", rec["verdicts_C"], rec["scores_C"]),
+                ("anchor", rec["verdicts_anchor"], rec["scores_anchor"]),
+            ):
                 for j, row in enumerate(matrix or []):
                     number = (ranks[j] if ranks else j + 1) if target == "anchor" else j
-                    verdicts.extend({**base, "item": m, "target": target, "response": number,
-                                     "verdict": None if v is None else bool(v), "verifier": self.verifier}
-                                    for m, v in enumerate(row))
+                    verdicts.extend(
+                        {
+                            **base,
+                            "item": m,
+                            "target": target,
+                            "response": number,
+                            "verdict": None if v is None else bool(v),
+                            "verifier": self.verifier,
+                        }
+                        for m, v in enumerate(row)
+                    )
                     sc = score_list[j] if score_list else None
                     scores.append({**base, "target": target, "response": number, "score": sc})
-            rewards.append({**base, "r_disc": rec["r_disc"] if rec["scorable"] else None,
-                            "r_anchor": rec["r_anchor"] if rec["scorable"] else None,
-                            "adv_disc": None, "adv_anchor": None, "advantage": rec["advantage"]})
+            rewards.append(
+                {
+                    **base,
+                    "r_disc": rec["r_disc"] if rec["scorable"] else None,
+                    "r_anchor": rec["r_anchor"] if rec["scorable"] else None,
+                    "adv_disc": None,
+                    "adv_anchor": None,
+                    "advantage": rec["advantage"],
+                }
+            )
         return {"rubrics": rubrics, "verdicts": verdicts, "scores": scores, "rewards": rewards}
 
     # -- policy -----------------------------------------------------------------------------------------------
@@ -115,23 +154,67 @@ class RolloutSink:
             new_set = key not in set_ids
             set_id = set_ids.setdefault(key, len(set_ids))
             base = {"stage": "policy", "set_id": set_id}
-            samples.append({**base, "prompt_id": rec["prompt_id"], "response_idx": rec["rollout"],
-                            "policy_ckpt": self.model, "response": rec["text"], "prompt_tokens": None,
-                            "response_tokens": None})
+            samples.append(
+                {
+                    **base,
+                    "prompt_id": rec["prompt_id"],
+                    "response_idx": rec["rollout"],
+                    "policy_ckpt": self.model,
+                    "response": rec["text"],
+                    "prompt_tokens": None,
+                    "response_tokens": None,
+                }
+            )
             if new_set:
                 if rec["rubric_items"] is None:
-                    rubrics.append({**base, "generator_ckpt": self.generator, "rollout": 0, "item": None,
-                                    "criterion": None, "weight": None, "error": rec["rubric_error"] or "unparseable"})
+                    rubrics.append(
+                        {
+                            **base,
+                            "generator_ckpt": self.generator,
+                            "rollout": 0,
+                            "item": None,
+                            "criterion": None,
+                            "weight": None,
+                            "error": rec["rubric_error"] or "unparseable",
+                        }
+                    )
                 else:
-                    rubrics.extend({**base, "generator_ckpt": self.generator, "rollout": 0, "item": m,
-                                    "criterion": c, "weight": w, "error": None}
-                                   for m, (c, w) in enumerate(rec["rubric_items"]))
-            verdicts.extend({**base, "rollout": 0, "item": m, "target": "C", "response": rec["rollout"],
-                             "verdict": None if v is None else bool(v), "verifier": self.verifier}
-                            for m, v in enumerate(rec["verdicts"] or []))
+                    rubrics.extend(
+                        {
+                            **base,
+                            "generator_ckpt": self.generator,
+                            "rollout": 0,
+                            "item": m,
+                            "criterion": c,
+                            "weight": w,
+                            "error": None,
+                        }
+                        for m, (c, w) in enumerate(rec["rubric_items"])
+                    )
+            verdicts.extend(
+                {
+                    **base,
+                    "rollout": 0,
+                    "item": m,
+                    "target": "C",
+                    "response": rec["rollout"],
+                    "verdict": None if v is None else bool(v),
+                    "verifier": self.verifier,
+                }
+                for m, v in enumerate(rec["verdicts"] or [])
+            )
             scores.append({**base, "rollout": 0, "target": "C", "response": rec["rollout"], "score": rec["score"]})
-            rewards.append({**base, "rollout": rec["step"] * self.group_size + rec["rollout"], "r_disc": None,
-                            "r_anchor": None, "adv_disc": None, "adv_anchor": None, "advantage": advantage})
+            rewards.append(
+                {
+                    **base,
+                    "rollout": rec["step"] * self.group_size + rec["rollout"],
+                    "r_disc": None,
+                    "r_anchor": None,
+                    "adv_disc": None,
+                    "adv_anchor": None,
+                    "advantage": advantage,
+                }
+            )
         return {"samples": samples, "rubrics": rubrics, "verdicts": verdicts, "scores": scores, "rewards": rewards}
 
 

@@ -70,8 +70,11 @@ def _lora_layers(model) -> dict:
         return {}
     from peft.tuners.lora import LoraLayer
 
-    return {f"{name}.base_layer.weight": module for name, module in model.named_modules()
-            if isinstance(module, LoraLayer) and not module.merged}
+    return {
+        f"{name}.base_layer.weight": module
+        for name, module in model.named_modules()
+        if isinstance(module, LoraLayer) and not module.merged
+    }
 
 
 def named_weights(model):
@@ -106,8 +109,12 @@ def kv_cache_gib(base_checkpoint: str, length: int, settings) -> float:
     c = json.loads((Path(base_checkpoint) / "config.json").read_text())
     heads = c.get("num_attention_heads", 1)
     head_dim = c.get("head_dim") or c["hidden_size"] // heads
-    per_token = c["num_hidden_layers"] * 2 * c.get("num_key_value_heads", heads) * head_dim * (2 if settings.bf16 else 4)
-    batch = settings.per_device_train_batch_size * (settings.steps_per_generation or settings.gradient_accumulation_steps)
+    per_token = (
+        c["num_hidden_layers"] * 2 * c.get("num_key_value_heads", heads) * head_dim * (2 if settings.bf16 else 4)
+    )
+    batch = settings.per_device_train_batch_size * (
+        settings.steps_per_generation or settings.gradient_accumulation_steps
+    )
     tokens = batch // settings.num_generations * length + batch * settings.max_completion_length
     return max(0.25, round(1.5 * tokens * per_token / 2**30, 2))
 
@@ -145,12 +152,18 @@ class VLLMRollouts:
         runs = run_lengths([tuple(i) for i in ids])
         with progress.activity("rollouts", "rollouts"):
             out = self.engine.sample_ids(
-                [ids[start] for start, _ in runs], [n for _, n in runs], temperature=args.temperature,
-                max_tokens=args.max_completion_length, top_p=args.top_p, top_k=args.top_k, min_p=args.min_p or 0.0,
-                repetition_penalty=args.repetition_penalty, seed=self.seed + step,
+                [ids[start] for start, _ in runs],
+                [n for _, n in runs],
+                temperature=args.temperature,
+                max_tokens=args.max_completion_length,
+                top_p=args.top_p,
+                top_k=args.top_k,
+                min_p=args.min_p or 0.0,
+                repetition_penalty=args.repetition_penalty,
+                seed=self.seed + step,
             )
         prompt_out, completion_out, logprob_out = [], [], []
-        for (start, n), samples in zip(runs, out):
+        for (start, _n), samples in zip(runs, out):
             for completion, logprobs in samples:
                 prompt_out.append(ids[start])
                 completion_out.append(completion)
@@ -170,6 +183,10 @@ def vllm_rollouts(base_checkpoint: str, prompts: Sequence, tokenizer, settings) 
     from dr_core.engines import make_engine
 
     length = model_len(tokenizer, prompts, settings.max_completion_length)
-    cfg = EngineConfig(model=str(base_checkpoint), dtype="bfloat16" if settings.bf16 else "float32",
-                       max_model_len=length, kv_cache_gib=kv_cache_gib(base_checkpoint, length, settings))
+    cfg = EngineConfig(
+        model=str(base_checkpoint),
+        dtype="bfloat16" if settings.bf16 else "float32",
+        max_model_len=length,
+        kv_cache_gib=kv_cache_gib(base_checkpoint, length, settings),
+    )
     return VLLMRollouts(make_engine(cfg), tokenizer, settings.seed)

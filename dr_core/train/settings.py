@@ -27,8 +27,10 @@ class GRPOSettings(BaseModel):
     )
     max_completion_length: int = Field(256, ge=1, description="Most tokens per rollout (a rubric or a response).")
     per_device_train_batch_size: int = Field(
-        8, ge=1, description="Completions per process per optimiser micro-step. x steps_per_generation must be a "
-        "multiple of num_generations, so that every process scores whole groups."
+        8,
+        ge=1,
+        description="Completions per process per optimiser micro-step. x steps_per_generation must be a "
+        "multiple of num_generations, so that every process scores whole groups.",
     )
     gradient_accumulation_steps: int = Field(1, ge=1, description="Micro-steps per optimiser step.")
     steps_per_generation: int | None = Field(
@@ -40,15 +42,17 @@ class GRPOSettings(BaseModel):
     save_steps: int = Field(50, ge=1, description="Save a resumable checkpoint every this many optimiser steps.")
     save_total_limit: int | None = Field(2, ge=1, description="Resumable checkpoints kept (None: all).")
     keep_resume_checkpoints: bool = Field(
-        False, description="Keep out_dir/checkpoints once the final model is saved (model + optimiser state: about "
-        "3x the model's size; only a crash before the final save needs them)."
+        False,
+        description="Keep out_dir/checkpoints once the final model is saved (model + optimiser state: about "
+        "3x the model's size; only a crash before the final save needs them).",
     )
     lam: float = Field(1.0, ge=0, description="Eq. 17 / 24: weight of the anchor advantage (generator only).")
     use_lora: bool = Field(False, description="Train a LoRA adapter (merged into the final checkpoint).")
     lora_r: int = Field(16, ge=1, description="LoRA rank (use_lora only).")
     lora_alpha: int = Field(32, ge=1, description="LoRA alpha (use_lora only).")
     bf16: bool = Field(
-        "auto", validate_default=True,
+        "auto",
+        validate_default=True,
         description="bf16 mixed precision: float32 master weights and optimiser state, bf16 matmuls under autocast "
         "(TRL/accelerate bf16=True; on CPU with use_cpu). 'auto' (the default) is resolved when the settings are "
         "built (dr_core/numerics.py): True on a CUDA machine or a CPU with bf16 instructions (avx512_bf16, amx_bf16: "
@@ -56,28 +60,32 @@ class GRPOSettings(BaseModel):
         "slower). The rollout engine (rollouts='vllm') runs in bf16 exactly when this is True.",
     )
     gradient_checkpointing: bool = Field(
-        False, description="Recompute activations in the backward pass instead of keeping them (TRL's GRPO default "
+        False,
+        description="Recompute activations in the backward pass instead of keeping them (TRL's GRPO default "
         "is True): less memory for one more forward pass per step. Off for the small CPU models, where the "
-        "activations fit and the recomputation only costs time; on for the paper preset's 8B models."
+        "activations fit and the recomputation only costs time; on for the paper preset's 8B models.",
     )
     deepspeed: str | None = Field(
-        None, description="Path of a DeepSpeed JSON config (infra/deepspeed/*.json), or None. Under `accelerate "
-        "launch --config_file infra/accelerate/zero*.yaml` accelerate supplies it instead."
+        None,
+        description="Path of a DeepSpeed JSON config (infra/deepspeed/*.json), or None. Under `accelerate "
+        "launch --config_file infra/accelerate/zero*.yaml` accelerate supplies it instead.",
     )
     rubric_temperature: float = Field(
         0.7, ge=0, description="Policy update only: sampling temperature of the fixed G(t) writing a group's rubric."
     )
     rubric_max_tokens: int = Field(512, ge=16, description="Policy update only: most tokens of G(t)'s rubric.")
     rubric_format: Literal["lines", "json"] = Field(
-        "lines", description="Generator update only: how rollouts write rubrics. 'lines': one '[w] criterion' per "
+        "lines",
+        description="Generator update only: how rollouts write rubrics. 'lines': one '[w] criterion' per "
         "line, the rollout primed with prompts.LINES_ROLLOUT_PREFIX (a 135M model writes parseable lines, not free "
-        "JSON); 'json': the JSON format of the structured-output prompt, unprimed (capable models)."
+        "JSON); 'json': the JSON format of the structured-output prompt, unprimed (capable models).",
     )
     logging_steps: int = Field(1, ge=1, description="TRL logs metrics every this many steps.")
     rollouts: Literal["trl", "vllm"] = Field(
-        "trl", description="Who samples the rollouts. 'trl': TRL itself (transformers' generate, or TRL's own vLLM "
+        "trl",
+        description="Who samples the rollouts. 'trl': TRL itself (transformers' generate, or TRL's own vLLM "
         "modes on GPUs). 'vllm': an in-process vLLM engine that gets the trainer's weights at every optimiser step "
-        "(dr_core/train/rollouts.py; one process; several times faster on CPU, where TRL's vLLM modes fail)."
+        "(dr_core/train/rollouts.py; one process; several times faster on CPU, where TRL's vLLM modes fail).",
     )
 
     @field_validator("bf16", mode="before")
@@ -91,7 +99,9 @@ class GRPOSettings(BaseModel):
 
     @model_validator(mode="after")
     def _whole_groups(self):
-        per_generation = self.per_device_train_batch_size * (self.steps_per_generation or self.gradient_accumulation_steps)
+        per_generation = self.per_device_train_batch_size * (
+            self.steps_per_generation or self.gradient_accumulation_steps
+        )
         if per_generation % self.num_generations:
             raise ValueError(
                 f"per_device_train_batch_size x steps_per_generation = {per_generation} is not a multiple of "
@@ -99,8 +109,10 @@ class GRPOSettings(BaseModel):
                 "per_device_train_batch_size a multiple of num_generations."
             )
         if self.rollouts == "vllm" and self.deepspeed is not None:
-            raise ValueError("rollouts='vllm' runs one in-process engine: it does not combine with DeepSpeed "
-                             "(use TRL's vLLM server mode on several GPUs)")
+            raise ValueError(
+                "rollouts='vllm' runs one in-process engine: it does not combine with DeepSpeed "
+                "(use TRL's vLLM server mode on several GPUs)"
+            )
         if self.deepspeed is not None and not Path(self.deepspeed).is_file():
             raise ValueError(f"deepspeed config {self.deepspeed!r} does not exist (see infra/deepspeed/)")
         return self
@@ -114,8 +126,20 @@ MultinodeLauncher = Literal["pdsh", "standard", "openmpi", "mvapich", "mpich", "
 #: The launchers that start every machine from the head (they read the hostfile).
 HEAD_LAUNCHERS = frozenset({"pdsh", "openmpi", "mvapich", "mpich", "slurm"})
 #: Variables the launchers set per rank: a config that sets them would break the rendezvous.
-RANK_ENV = frozenset({"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-                      "NODE_RANK", "GROUP_RANK", "CROSS_RANK", "CROSS_SIZE"})
+RANK_ENV = frozenset(
+    {
+        "RANK",
+        "LOCAL_RANK",
+        "WORLD_SIZE",
+        "LOCAL_WORLD_SIZE",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "NODE_RANK",
+        "GROUP_RANK",
+        "CROSS_RANK",
+        "CROSS_SIZE",
+    }
+)
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -154,47 +178,72 @@ class LaunchSettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     num_processes: int = Field(
-        1, ge=1, description="Training processes in all, over every machine (accelerate's --num_processes): one per "
-        "GPU. 1 with num_machines 1 and no config_file: train in the calling process.")
-    num_machines: int = Field(1, ge=1, description="Machines (accelerate's --num_machines); num_processes is split "
-                              "evenly over them.")
+        1,
+        ge=1,
+        description="Training processes in all, over every machine (accelerate's --num_processes): one per "
+        "GPU. 1 with num_machines 1 and no config_file: train in the calling process.",
+    )
+    num_machines: int = Field(
+        1, ge=1, description="Machines (accelerate's --num_machines); num_processes is split evenly over them."
+    )
     config_file: str | None = Field(
-        None, description="accelerate config (YAML; relative to the repository root): infra/accelerate/zero2.yaml, "
+        None,
+        description="accelerate config (YAML; relative to the repository root): infra/accelerate/zero2.yaml, "
         "zero3.yaml (one machine), zero3-multinode.yaml (several). None: train in the calling process (then "
         "num_processes and num_machines must be 1). Its num_processes, num_machines and machine_rank are overridden "
-        "by the fields here.")
+        "by the fields here.",
+    )
     main_process_ip: str | None = Field(
-        None, description="Address of the machine of rank 0 as the others reach it (--main_process_ip). Needed with "
-        "several machines and the 'standard' or 'nossh' launcher; pdsh defaults to the hostfile's first host.")
+        None,
+        description="Address of the machine of rank 0 as the others reach it (--main_process_ip). Needed with "
+        "several machines and the 'standard' or 'nossh' launcher; pdsh defaults to the hostfile's first host.",
+    )
     main_process_port: int | None = Field(
-        None, ge=0, le=65535, description="Rendezvous port on the rank-0 machine (--main_process_port). None: "
+        None,
+        ge=0,
+        le=65535,
+        description="Rendezvous port on the rank-0 machine (--main_process_port). None: "
         "accelerate's default (29500; on one machine it moves to a free port if that one is taken); 0: a free port "
-        "(one machine only).")
+        "(one machine only).",
+    )
     machine_rank: int = Field(
-        0, ge=0, description="Rank of the machine this step runs on (--machine_rank): 0, the head. Only the "
-        "'standard' and 'nossh' launchers use it: the other machines then run the same command with their own rank.")
+        0,
+        ge=0,
+        description="Rank of the machine this step runs on (--machine_rank): 0, the head. Only the "
+        "'standard' and 'nossh' launchers use it: the other machines then run the same command with their own rank.",
+    )
     multinode_launcher: MultinodeLauncher | None = Field(
-        None, description="DeepSpeed's multi-node launcher (--deepspeed_multinode_launcher), several machines only. "
+        None,
+        description="DeepSpeed's multi-node launcher (--deepspeed_multinode_launcher), several machines only. "
         "None: the accelerate config's deepspeed_multinode_launcher, else 'pdsh' (ssh from the head to every host of "
         "the hostfile, so ONE launch starts every machine). 'standard' / 'nossh': this step starts its own machine's "
-        "ranks only and the others must run the same command (it is printed) with their machine_rank.")
+        "ranks only and the others must run the same command (it is printed) with their machine_rank.",
+    )
     hostfile: str | None = Field(
-        None, description="DeepSpeed hostfile (--deepspeed_hostfile; relative to the repository root): one "
+        None,
+        description="DeepSpeed hostfile (--deepspeed_hostfile; relative to the repository root): one "
         "'hostname slots=N' line per machine (infra/accelerate/hostfile.example). None: the accelerate config's "
-        "deepspeed_hostfile. Needed by the head launchers (pdsh, openmpi, mvapich, mpich, slurm).")
+        "deepspeed_hostfile. Needed by the head launchers (pdsh, openmpi, mvapich, mpich, slurm).",
+    )
     env: tuple[tuple[str, str], ...] = Field(
-        (), description="Extra environment variables for the training processes, a mapping (e.g. {NCCL_SOCKET_IFNAME: "
+        (),
+        description="Extra environment variables for the training processes, a mapping (e.g. {NCCL_SOCKET_IFNAME: "
         "eth0}; kept as sorted (name, value) pairs, so the config stays hashable). Recorded with the config: never "
-        "put a secret here (use the engines' api_key_env).")
+        "put a secret here (use the engines' api_key_env).",
+    )
     withhold_env: tuple[str, ...] = Field(
         ("AWS_*", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "PREFECT_API_KEY"),
         description="fnmatch patterns of variables of this process's environment that the training processes do "
         "not get: the store's and the hub's credentials, which training never needs (a pdsh launch writes its "
-        "environment to a file and sends it to every machine). An engine's api_key_env is always passed.")
+        "environment to a file and sends it to every machine). An engine's api_key_env is always passed.",
+    )
     timeout_s: float = Field(
-        24 * 3600.0, gt=0, description="Wall-clock limit of one launch, seconds; then its processes are stopped "
+        24 * 3600.0,
+        gt=0,
+        description="Wall-clock limit of one launch, seconds; then its processes are stopped "
         "(SIGTERM, SIGKILL 30 s later) and the step fails (Prefect retries it once; it resumes from the last "
-        "checkpoint).")
+        "checkpoint).",
+    )
 
     @field_validator("env", mode="before")
     @classmethod
@@ -214,24 +263,33 @@ class LaunchSettings(BaseModel):
             raise ValueError(
                 f"launch.num_processes = {self.num_processes}, launch.num_machines = {self.num_machines} need "
                 "launch.config_file, an accelerate config (e.g. infra/accelerate/zero2.yaml; several machines: "
-                "infra/accelerate/zero3-multinode.yaml)")
+                "infra/accelerate/zero3-multinode.yaml)"
+            )
         if self.num_processes % self.num_machines:
             raise ValueError(
                 f"launch.num_processes = {self.num_processes} is not a multiple of launch.num_machines = "
-                f"{self.num_machines}: every machine runs num_processes / num_machines ranks")
+                f"{self.num_machines}: every machine runs num_processes / num_machines ranks"
+            )
         if self.machine_rank >= self.num_machines:
-            raise ValueError(f"launch.machine_rank = {self.machine_rank} must be below launch.num_machines = "
-                             f"{self.num_machines}")
+            raise ValueError(
+                f"launch.machine_rank = {self.machine_rank} must be below launch.num_machines = {self.num_machines}"
+            )
         if self.num_machines > 1:
             if self.multinode_launcher in ("standard", "nossh") and not self.main_process_ip:
-                raise ValueError(f"launch.multinode_launcher = {self.multinode_launcher!r} needs "
-                                 "launch.main_process_ip: the address of the rank-0 machine")
+                raise ValueError(
+                    f"launch.multinode_launcher = {self.multinode_launcher!r} needs "
+                    "launch.main_process_ip: the address of the rank-0 machine"
+                )
             if self.main_process_port == 0:
-                raise ValueError("launch.main_process_port = 0 (a free port) works on one machine only: give the "
-                                 "port the other machines connect to")
+                raise ValueError(
+                    "launch.main_process_port = 0 (a free port) works on one machine only: give the "
+                    "port the other machines connect to"
+                )
         elif self.multinode_launcher is not None or self.hostfile is not None:
-            raise ValueError("launch.multinode_launcher and launch.hostfile are for several machines: set "
-                             "launch.num_machines or remove them")
+            raise ValueError(
+                "launch.multinode_launcher and launch.hostfile are for several machines: set "
+                "launch.num_machines or remove them"
+            )
         for name, _value in self.env:
             if not _ENV_NAME.match(name):
                 raise ValueError(f"launch.env: {name!r} is not an environment variable name")

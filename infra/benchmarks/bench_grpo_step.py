@@ -33,8 +33,11 @@ from bench_main_job import TreeRSS  # noqa: E402
 #: A LoRA update's learning rate over a full update's (dr_core/presets.py).
 LORA_LR_SCALE = 10
 
-ALL = [f"{role}:{dtype}:{mode}" for role in ("generator", "policy")
-       for dtype, mode in (("float32", "full"), ("bfloat16", "full"), ("bfloat16", "lora"))]
+ALL = [
+    f"{role}:{dtype}:{mode}"
+    for role in ("generator", "policy")
+    for dtype, mode in (("float32", "full"), ("bfloat16", "full"), ("bfloat16", "lora"))
+]
 
 
 def _rows(con, query: str) -> list[dict]:
@@ -53,13 +56,22 @@ def inputs(store_url: str, run_id: str):
     if not samples:
         raise SystemExit(f"{store_url}: run {run_id!r} has no round-1 generator samples (run dr coevolve first)")
     pids = {s["prompt_id"] for s in samples}
-    prompt_rows = list({p["prompt_id"]: p for p in _rows(con, "SELECT prompt_id, prompt FROM prompts")
-                        if p["prompt_id"] in pids}.values())
+    prompt_rows = list(
+        {
+            p["prompt_id"]: p for p in _rows(con, "SELECT prompt_id, prompt FROM prompts") if p["prompt_id"] in pids
+        }.values()
+    )
     prompt_rows.sort(key=lambda p: min(s["set_id"] for s in samples if s["prompt_id"] == p["prompt_id"]))
     anchors = [a for a in _rows(con, "SELECT prompt_id, rank, response FROM anchors") if a["prompt_id"] in pids]
     # the run's selected anchors: the ranks its verdicts were asked on
-    ranks = {r["response"] for r in _rows(con, f"SELECT DISTINCT response FROM verdicts WHERE run_id = '{run_id}' "
-                                                "AND round = 1 AND stage = 'generator' AND target = 'anchor'")}
+    ranks = {
+        r["response"]
+        for r in _rows(
+            con,
+            f"SELECT DISTINCT response FROM verdicts WHERE run_id = '{run_id}' "
+            "AND round = 1 AND stage = 'generator' AND target = 'anchor'",
+        )
+    }
     anchors = [a for a in anchors if a["rank"] in ranks]
     return records.generator_rows(prompt_rows, samples, anchors), records.policy_rows(prompt_rows)
 
@@ -77,8 +89,9 @@ def settings_for(role: str, dtype: str, mode: str, overrides: list[str]):
     lora = mode == "lora"
     # a LoRA update takes 10x the full update's learning rate (README "Performance": LoRA); the variant that differs
     # from the preset's choice gets the other one
-    lr = base.learning_rate * (LORA_LR_SCALE if lora and not base.use_lora else
-                               1 / LORA_LR_SCALE if base.use_lora and not lora else 1)
+    lr = base.learning_rate * (
+        LORA_LR_SCALE if lora and not base.use_lora else 1 / LORA_LR_SCALE if base.use_lora and not lora else 1
+    )
     return cfg, base.model_copy(update={"bf16": dtype == "bfloat16", "use_lora": lora, "learning_rate": lr})
 
 
@@ -105,29 +118,51 @@ def run_one(spec: str, store: str, run_id: str, overrides: list[str], out: Path)
 
         base = prepare_default_model()
         if role == "generator":
-            n_sets = settings.per_device_train_batch_size * settings.gradient_accumulation_steps \
-                // settings.num_generations * settings.max_steps
-            result = train_generator(base, gen_rows[:n_sets], verifier, settings, Path(tmp) / "out",
-                                     on_rollouts=records.extend)
+            n_sets = (
+                settings.per_device_train_batch_size
+                * settings.gradient_accumulation_steps
+                // settings.num_generations
+                * settings.max_steps
+            )
+            result = train_generator(
+                base, gen_rows[:n_sets], verifier, settings, Path(tmp) / "out", on_rollouts=records.extend
+            )
         else:
-            result = train_policy(base, pol_rows, generator, verifier, settings, Path(tmp) / "out",
-                                  on_rollouts=records.extend)
+            result = train_policy(
+                base, pol_rows, generator, verifier, settings, Path(tmp) / "out", on_rollouts=records.extend
+            )
     reward_s = sum(h.get("reward_seconds", 0) for h in result.history)
     stats = result.rollout_stats or {}
     steps = max(1, result.steps)
     step = result.step_seconds or 0.0
     gen_s = stats.get("generate_seconds", 0.0) / steps
     sync_s = stats.get("sync_seconds", 0.0) / steps
-    row = {"variant": spec, "steps": result.steps, "step_seconds": round(step, 1),
-           "rollout_generate_s": round(gen_s, 1), "weight_sync_s": round(sync_s, 2),
-           "reward_s": round(reward_s / steps, 1),
-           "trainer_s": round(step - gen_s - sync_s - reward_s / steps, 1),
-           "update_seconds": round(result.seconds, 1), "engines_start_s": round(started, 1),
-           "reward_first": result.reward_first, "reward_last": result.reward_last,
-           "settings": settings.model_dump(include={"learning_rate", "bf16", "use_lora", "lora_r", "lora_alpha",
-                                                     "max_steps", "num_generations",
-                                                     "per_device_train_batch_size",
-                                                     "gradient_accumulation_steps"})}
+    row = {
+        "variant": spec,
+        "steps": result.steps,
+        "step_seconds": round(step, 1),
+        "rollout_generate_s": round(gen_s, 1),
+        "weight_sync_s": round(sync_s, 2),
+        "reward_s": round(reward_s / steps, 1),
+        "trainer_s": round(step - gen_s - sync_s - reward_s / steps, 1),
+        "update_seconds": round(result.seconds, 1),
+        "engines_start_s": round(started, 1),
+        "reward_first": result.reward_first,
+        "reward_last": result.reward_last,
+        "settings": settings.model_dump(
+            include={
+                "learning_rate",
+                "bf16",
+                "use_lora",
+                "lora_r",
+                "lora_alpha",
+                "max_steps",
+                "num_generations",
+                "per_device_train_batch_size",
+                "gradient_accumulation_steps",
+            }
+        ),
+    }
     if role == "generator":
         row["tokens"] = rollout_tokens(gen_rows[0], settings, records, verifier_cfg)
     out.write_text(json.dumps(row, default=float))
@@ -152,10 +187,16 @@ def rollout_tokens(row, settings, records: list[dict], verifier_cfg) -> dict:
     rubric = round(sum(n(t) for t in texts) / len(texts), 1) if texts else None
     vtok = AutoTokenizer.from_pretrained(prepare(verifier_cfg.model))
     vn = lambda text: len(vtok.encode(text, add_special_tokens=False))  # noqa: E731
-    return {"prompt_total": full, "user_prompt": prompt, "responses_C": cands, "responses_C_total": sum(cands),
-            "instructions_and_template": full - prompt - sum(cands), "rubric_mean": rubric,
-            "verifier_anchor_tokens": [vn(prompts.clip(a, prompts.VERIFIED_RESPONSE_CHARS)) for a in row.anchors],
-            "verifier_C_tokens": [vn(prompts.clip(c, prompts.VERIFIED_RESPONSE_CHARS)) for c in row.candidates]}
+    return {
+        "prompt_total": full,
+        "user_prompt": prompt,
+        "responses_C": cands,
+        "responses_C_total": sum(cands),
+        "instructions_and_template": full - prompt - sum(cands),
+        "rubric_mean": rubric,
+        "verifier_anchor_tokens": [vn(prompts.clip(a, prompts.VERIFIED_RESPONSE_CHARS)) for a in row.anchors],
+        "verifier_C_tokens": [vn(prompts.clip(c, prompts.VERIFIED_RESPONSE_CHARS)) for c in row.candidates],
+    }
 
 
 def main() -> None:
@@ -174,11 +215,23 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="dr-bench-grpo-") as tmp:
         for i, spec in enumerate(args.variants):
             res = Path(tmp) / f"{i}.json"
-            cmd = [sys.executable, __file__, "--store", args.store, "--run-id", args.run_id, "--one", spec,
-                   "--result", str(res), *[x for kv in args.set for x in ("--set", kv)]]
+            cmd = [
+                sys.executable,
+                __file__,
+                "--store",
+                args.store,
+                "--run-id",
+                args.run_id,
+                "--one",
+                spec,
+                "--result",
+                str(res),
+                *[x for kv in args.set for x in ("--set", kv)],
+            ]
             t = time.time()
-            proc = subprocess.Popen(cmd, env=dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    text=True)
+            proc = subprocess.Popen(
+                cmd, env=dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            )
             rss = TreeRSS(proc.pid)
             log, _ = proc.communicate()
             rss.stop()
@@ -191,12 +244,15 @@ def main() -> None:
             print(json.dumps(row, default=float), flush=True)
     print(f"\n{'variant':28} {'step s':>7} {'rollout':>8} {'reward':>7} {'trainer':>8} {'peak GB':>8}")
     for r in results:
-        print(f"{r['variant']:28} {r['step_seconds']:>7} {r['rollout_generate_s']:>8} {r['reward_s']:>7} "
-              f"{r['trainer_s']:>8} {r['peak_gb']:>8}")
+        print(
+            f"{r['variant']:28} {r['step_seconds']:>7} {r['rollout_generate_s']:>8} {r['reward_s']:>7} "
+            f"{r['trainer_s']:>8} {r['peak_gb']:>8}"
+        )
     if args.output:
         args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(json.dumps({"store": args.store, "overrides": args.set, "results": results},
-                                          indent=1, default=float) + "\n")
+        args.output.write_text(
+            json.dumps({"store": args.store, "overrides": args.set, "results": results}, indent=1, default=float) + "\n"
+        )
         print(f"wrote {args.output}")
 
 

@@ -60,7 +60,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for spec in args.pairs:
             path, start, n = spec.rsplit(":", 2)
-            pairs = load(path, "pairwise")[int(start):int(start) + int(n)]
+            pairs = load(path, "pairwise")[int(start) : int(start) + int(n)]
             name = f"{Path(path).stem}[{start}:{int(start) + len(pairs)}]"
             d = Path(tmp)
             data = write_jsonl(d / "prompts.jsonl", [{"id": p.id, "prompt": p.prompt} for p in pairs])
@@ -69,28 +69,50 @@ def main() -> None:
             result["slices"][name] = {}
             for proc in JUDGE_PROCEDURES:
                 t0 = time.perf_counter()
-                m, recs = run_eval_policy(policy=str(chosen), data=data, judge=args.judge, baseline=str(rejected),
-                                          procedure=proc, threshold=args.threshold, log=log)
+                m, recs = run_eval_policy(
+                    policy=str(chosen),
+                    data=data,
+                    judge=args.judge,
+                    baseline=str(rejected),
+                    procedure=proc,
+                    threshold=args.threshold,
+                    log=log,
+                )
                 scored = m["wins"] + m["losses"]
-                row = {"n": m["n"], "accuracy": m["wins"] / m["n"], "tie_rate": m["tie_rate"],
-                       "unscorable": m["unscorable"], "decisive_accuracy": m["wins"] / scored if scored else None,
-                       "decisive": scored, "win_rate": m["win_rate"], "win_rate_ci95": m["win_rate_ci95"],
-                       "position_bias": m["judge_position_bias"], "first_shown_rate": m["judge_first_shown_rate"],
-                       "mean_abs_d": m["judge_mean_abs_d"], "procedure_used": m["judge_procedure"],
-                       "fallback": m["judge_fallback"], "seconds": round(time.perf_counter() - t0, 1)}
+                row = {
+                    "n": m["n"],
+                    "accuracy": m["wins"] / m["n"],
+                    "tie_rate": m["tie_rate"],
+                    "unscorable": m["unscorable"],
+                    "decisive_accuracy": m["wins"] / scored if scored else None,
+                    "decisive": scored,
+                    "win_rate": m["win_rate"],
+                    "win_rate_ci95": m["win_rate_ci95"],
+                    "position_bias": m["judge_position_bias"],
+                    "first_shown_rate": m["judge_first_shown_rate"],
+                    "mean_abs_d": m["judge_mean_abs_d"],
+                    "procedure_used": m["judge_procedure"],
+                    "fallback": m["judge_fallback"],
+                    "seconds": round(time.perf_counter() - t0, 1),
+                }
                 if proc == "logodds":  # how the tie threshold moves accuracy (reported, not chosen on)
                     ds = [r["judge_d"] for r in recs]
                     row["accuracy_by_threshold"] = {
-                        str(t): sum(x is not None and x > t for x in ds) / len(ds) for t in (0.0, 0.005, 0.01, 0.05, 0.1)}
+                        str(t): sum(x is not None and x > t for x in ds) / len(ds)
+                        for t in (0.0, 0.005, 0.01, 0.05, 0.1)
+                    }
                     row["tie_rate_by_threshold"] = {
                         str(t): sum(x is not None and abs(x) <= t for x in ds) / len(ds)
-                        for t in (0.0, 0.005, 0.01, 0.05, 0.1)}
+                        for t in (0.0, 0.005, 0.01, 0.05, 0.1)
+                    }
                 result["slices"][name][proc] = row
                 for k in pooled[proc]:
                     pooled[proc][k] += m[k]
-                log(f"{name} {proc}: accuracy {row['accuracy']:.3f}, ties {row['tie_rate']}, position bias "
-                    f"{row['position_bias']}, first-shown {row['first_shown_rate']}")
-    for proc, c in pooled.items():
+                log(
+                    f"{name} {proc}: accuracy {row['accuracy']:.3f}, ties {row['tie_rate']}, position bias "
+                    f"{row['position_bias']}, first-shown {row['first_shown_rate']}"
+                )
+    for c in pooled.values():
         c["accuracy"] = c["wins"] / c["n"]
         c["tie_rate"] = c["ties"] / max(1, c["n"] - c["unscorable"])
     result["pooled"] = pooled
@@ -105,8 +127,11 @@ def main() -> None:
             da = "-" if r["decisive_accuracy"] is None else f"{r['decisive_accuracy']:.3f} ({r['decisive']})"
             fs = "-" if r["first_shown_rate"] is None else f"{r['first_shown_rate']:.3f}"
             print(f"| {name} | {proc} | {r['accuracy']:.3f} | {r['tie_rate']:.3f} | {da} | {pb} | {fs} |")
-    print(f"\nchosen: {result['chosen']} (pooled accuracy "
-          + ", ".join(f"{p} {c['accuracy']:.3f}" for p, c in pooled.items()) + ")")
+    print(
+        f"\nchosen: {result['chosen']} (pooled accuracy "
+        + ", ".join(f"{p} {c['accuracy']:.3f}" for p, c in pooled.items())
+        + ")"
+    )
 
 
 if __name__ == "__main__":

@@ -72,8 +72,21 @@ class TreeRSS:
 def run_job(cwd: Path, store: Path, out: Path, extra: list[str]) -> dict:
     env = dict(os.environ)
     env.pop("DR_VERBOSE", None)
-    cmd = [sys.executable, "-m", "cli.main", "coevolve", "--preset", "tiny", "--store", str(store), "--run-id",
-           "bench", "--json", str(out), *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "cli.main",
+        "coevolve",
+        "--preset",
+        "tiny",
+        "--store",
+        str(store),
+        "--run-id",
+        "bench",
+        "--json",
+        str(out),
+        *extra,
+    ]
     start = time.time()
     proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     rss = TreeRSS(proc.pid)
@@ -87,13 +100,23 @@ def run_job(cwd: Path, store: Path, out: Path, extra: list[str]) -> dict:
     for name, info in result["steps"].items():
         t0 = dt.datetime.fromisoformat(info["started_at"]).timestamp()
         peak = rss.peak(t0, t0 + info["seconds"] + 0.5)
-        steps[name] = {"state": info["state"], "seconds": info["seconds"],
-                       "peak_gb": None if peak is None else round(peak / 2**30, 2)}
+        steps[name] = {
+            "state": info["state"],
+            "seconds": info["seconds"],
+            "peak_gb": None if peak is None else round(peak / 2**30, 2),
+        }
     gen = result.get("generator") or {}
-    return {"wall_s": round(wall, 1), "peak_gb": round((rss.peak() or 0) / 2**30, 2), "steps": steps,
-            "flow_s": round(sum(s["seconds"] for s in result["steps"].values()), 2),
-            "generator_step_s": gen.get("step_seconds"), "generator_rollouts": gen.get("rollout_stats"),
-            "log_lines": len(log.splitlines()), "log": log, "signal_checks": result.get("signal_checks")}
+    return {
+        "wall_s": round(wall, 1),
+        "peak_gb": round((rss.peak() or 0) / 2**30, 2),
+        "steps": steps,
+        "flow_s": round(sum(s["seconds"] for s in result["steps"].values()), 2),
+        "generator_step_s": gen.get("step_seconds"),
+        "generator_rollouts": gen.get("rollout_stats"),
+        "log_lines": len(log.splitlines()),
+        "log": log,
+        "signal_checks": result.get("signal_checks"),
+    }
 
 
 def side(cwd: Path, tmp: Path, name: str, extra: list[str]) -> dict:
@@ -102,8 +125,11 @@ def side(cwd: Path, tmp: Path, name: str, extra: list[str]) -> dict:
     first = run_job(cwd, store, tmp / f"{name}-1.json", extra)
     print(f"[{name}] {first['wall_s']} s, peak {first['peak_gb']} GB; re-running (cached)", flush=True)
     again = run_job(cwd, store, tmp / f"{name}-2.json", extra)
-    return {"first": first, "rerun": {k: again[k] for k in ("wall_s", "flow_s", "peak_gb", "log_lines")},
-            "rerun_states": sorted({s["state"] for s in again["steps"].values()})}
+    return {
+        "first": first,
+        "rerun": {k: again[k] for k in ("wall_s", "flow_s", "peak_gb", "log_lines")},
+        "rerun_states": sorted({s["state"] for s in again["steps"].values()}),
+    }
 
 
 def ratio(new, old) -> str:
@@ -124,20 +150,30 @@ def main() -> None:
         tmp = Path(tmp)
         if not args.no_baseline:
             wt = tmp / "baseline"
-            subprocess.run(["git", "worktree", "add", "--detach", str(wt), args.baseline], cwd=ROOT, check=True,
-                           capture_output=True)
+            subprocess.run(
+                ["git", "worktree", "add", "--detach", str(wt), args.baseline],
+                cwd=ROOT,
+                check=True,
+                capture_output=True,
+            )
             try:
                 res["old"] = side(wt, tmp, "old", extra)
-                res["baseline"] = subprocess.run(["git", "rev-parse", "--short", args.baseline], cwd=ROOT,
-                                                 capture_output=True, text=True).stdout.strip()
+                res["baseline"] = subprocess.run(
+                    ["git", "rev-parse", "--short", args.baseline], cwd=ROOT, capture_output=True, text=True
+                ).stdout.strip()
             finally:
                 subprocess.run(["git", "worktree", "remove", "--force", str(wt)], cwd=ROOT, capture_output=True)
                 shutil.rmtree(wt, ignore_errors=True)
         res["new"] = side(ROOT, tmp, "new", extra)
     new, old = res["new"], res.get("old")
     print(f"\n{'':32} {'old':>10} {'new':>10} {'new/old':>8}")
-    rows = [("main job wall, s", "wall_s"), ("peak RSS, GB", "peak_gb"), ("flow's steps, s", "flow_s"),
-            ("generator s per GRPO step", "generator_step_s"), ("log lines", "log_lines")]
+    rows = [
+        ("main job wall, s", "wall_s"),
+        ("peak RSS, GB", "peak_gb"),
+        ("flow's steps, s", "flow_s"),
+        ("generator s per GRPO step", "generator_step_s"),
+        ("log lines", "log_lines"),
+    ]
     for label, key in rows:
         o = old["first"].get(key) if old else None
         n = new["first"].get(key)
@@ -151,8 +187,10 @@ def main() -> None:
     for name in names:
         o = (old["first"]["steps"].get(name) if old else None) or {}
         n = new["first"]["steps"].get(name) or {}
-        print(f"{name:34} {o.get('seconds', '-'):>8} {n.get('seconds', '-'):>8} {o.get('peak_gb', '-'):>7} "
-              f"{n.get('peak_gb', '-'):>7}")
+        print(
+            f"{name:34} {o.get('seconds', '-'):>8} {n.get('seconds', '-'):>8} {o.get('peak_gb', '-'):>7} "
+            f"{n.get('peak_gb', '-'):>7}"
+        )
     print(f"\nnew generator rollouts: {new['first']['generator_rollouts']}")
     print(f"re-run states: old {old['rerun_states'] if old else '-'}, new {new['rerun_states']}")
     if args.output:

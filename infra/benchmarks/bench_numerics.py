@@ -33,10 +33,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_verdicts import SHARED, load_pairs, pair_metrics, rate, set_metrics, store_sets  # noqa: E402
+
 from dr_core.numerics import describe  # noqa: E402
 
-DEFAULT_PAIRS = [f"{SHARED / 'eval' / 'hh_harmless_pairs.jsonl'}:40:20",
-                 f"{SHARED / 'eval' / 'rmbench_chat_pairs.jsonl'}:0:20"]
+DEFAULT_PAIRS = [
+    f"{SHARED / 'eval' / 'hh_harmless_pairs.jsonl'}:40:20",
+    f"{SHARED / 'eval' / 'rmbench_chat_pairs.jsonl'}:0:20",
+]
 DTYPES = ("float32", "bfloat16")
 
 
@@ -73,20 +76,31 @@ def generator_batch(store_url: str, run_id: str, tokenizer) -> list[tuple[list[i
     settings = GRPOSettings(num_generations=4, per_device_train_batch_size=4)
     prompt_text = {r.group_id: d["prompt"] for r, d in zip(gen_rows, generator_dataset(gen_rows, settings, tokenizer))}
     items: dict[tuple[int, int], list[tuple[int, str]]] = {}
-    for r in rows(f"SELECT set_id, rollout, item, criterion, weight FROM rubrics WHERE run_id = '{run_id}' AND "
-                  "round = 1 AND stage = 'generator' AND criterion IS NOT NULL ORDER BY set_id, rollout, item"):
+    for r in rows(
+        f"SELECT set_id, rollout, item, criterion, weight FROM rubrics WHERE run_id = '{run_id}' AND "
+        "round = 1 AND stage = 'generator' AND criterion IS NOT NULL ORDER BY set_id, rollout, item"
+    ):
         items.setdefault((r["set_id"], r["rollout"]), []).append((int(r["weight"]), r["criterion"]))
-    adv = {(r["set_id"], r["rollout"]): r["advantage"] for r in rows(
-        f"SELECT set_id, rollout, advantage FROM rewards WHERE run_id = '{run_id}' AND round = 1 AND "
-        "stage = 'generator'")}
+    adv = {
+        (r["set_id"], r["rollout"]): r["advantage"]
+        for r in rows(
+            f"SELECT set_id, rollout, advantage FROM rewards WHERE run_id = '{run_id}' AND round = 1 AND "
+            "stage = 'generator'"
+        )
+    }
     batch = []
     for key, its in sorted(items.items()):
         if key not in adv or adv[key] is None or key[0] not in prompt_text:
             continue
         # the rollout's text after the primer, as the model wrote it ("[w] criterion" lines)
-        text = "\n".join(f"[{w}] {c}" for w, c in its)[len(prompts.LINES_ROLLOUT_PREFIX):] + tokenizer.eos_token
-        batch.append((tokenizer.encode(prompt_text[key[0]], add_special_tokens=False),
-                      tokenizer.encode(text, add_special_tokens=False), float(adv[key])))
+        text = "\n".join(f"[{w}] {c}" for w, c in its)[len(prompts.LINES_ROLLOUT_PREFIX) :] + tokenizer.eos_token
+        batch.append(
+            (
+                tokenizer.encode(prompt_text[key[0]], add_special_tokens=False),
+                tokenizer.encode(text, add_special_tokens=False),
+                float(adv[key]),
+            )
+        )
     if not batch:
         raise SystemExit(f"{store_url}: no scorable round-1 generator rollouts for run {run_id!r}")
     return batch
@@ -101,7 +115,7 @@ def surrogate_grad(model, batch, autocast: bool) -> tuple[dict, float]:
     for p_ids, c_ids, a in batch:
         x = torch.tensor([p_ids + c_ids])
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-            logits = model(x).logits[0, len(p_ids) - 1:-1].float()
+            logits = model(x).logits[0, len(p_ids) - 1 : -1].float()
         lp = torch.log_softmax(logits, -1).gather(-1, torch.tensor(c_ids)[:, None])[:, 0]
         (-a * lp.mean() / len(batch)).backward()
     seconds = time.perf_counter() - t
@@ -124,19 +138,26 @@ def bench_gradient(store_url: str, run_id: str) -> dict:
     # in float64: a float32 dot product over 135M entries drifts enough to give a cosine above 1
     flat32 = torch.cat([g.flatten() for g in g32.values()]).double()
     flat16 = torch.cat([g16[n].flatten() for n in g32]).double()
-    per = [torch.nn.functional.cosine_similarity(g32[n].flatten().double(), g16[n].flatten().double(), dim=0).item()
-           for n in g32 if g32[n].norm() > 0]
-    return {"sequences": len(batch), "tokens": sum(len(p) + len(c) for p, c, _ in batch),
-            "cosine": round(torch.nn.functional.cosine_similarity(flat32, flat16, dim=0).item(), 5),
-            "min_param_cosine": round(min(per), 4),
-            "relative_norm_difference": round(((flat16 - flat32).norm() / flat32.norm()).item(), 5),
-            "norm_ratio": round((flat16.norm() / flat32.norm()).item(), 5),
-            "seconds_fwd_bwd": {"float32": round(s32, 1), "bf16_autocast": round(s16, 1)},
-            "speedup": round(s32 / s16, 2)}
+    per = [
+        torch.nn.functional.cosine_similarity(g32[n].flatten().double(), g16[n].flatten().double(), dim=0).item()
+        for n in g32
+        if g32[n].norm() > 0
+    ]
+    return {
+        "sequences": len(batch),
+        "tokens": sum(len(p) + len(c) for p, c, _ in batch),
+        "cosine": round(torch.nn.functional.cosine_similarity(flat32, flat16, dim=0).item(), 5),
+        "min_param_cosine": round(min(per), 4),
+        "relative_norm_difference": round(((flat16 - flat32).norm() / flat32.norm()).item(), 5),
+        "norm_ratio": round((flat16.norm() / flat32.norm()).item(), 5),
+        "seconds_fwd_bwd": {"float32": round(s32, 1), "bf16_autocast": round(s16, 1)},
+        "speedup": round(s32 / s16, 2),
+    }
 
 
-def logodds_and_verdicts(engine, checks, style: str, mode: str) -> tuple[list[float | None], list[int | None],
-                                                                         float, float]:
+def logodds_and_verdicts(
+    engine, checks, style: str, mode: str
+) -> tuple[list[float | None], list[int | None], float, float]:
     """First-token log-odds, verdicts (threshold: the mode's bias), the bias, and seconds, for every check."""
     from dr_core.evaluator.calibrate import ask_logodds, calibrated_verdict, first_logodds, verdict_bias
     from dr_core.evaluator.items import StageStats
@@ -175,8 +196,9 @@ def bench_verdicts(store_url: str, run_id: str, pair_specs: list[str]) -> dict:
         if rub is not None:
             pair_checks += [Check(p, resp, crit) for resp in (c, r) for crit in rub.criteria]
     sets = store_sets(store_url, run_id)
-    set_checks = [Check(s["prompt"], resp, crit) for s in sets for resp in s["C"] + s["anchors"]
-                  for crit, _w in s["items"]]
+    set_checks = [
+        Check(s["prompt"], resp, crit) for s in sets for resp in s["C"] + s["anchors"] for crit, _w in s["items"]
+    ]
     verifier = preset("tiny").engines.verifier
     prepare(verifier.model, print)
     per_dtype = {}
@@ -185,8 +207,9 @@ def bench_verdicts(store_url: str, run_id: str, pair_specs: list[str]) -> dict:
         try:
             out = {}
             for name, checks in (("sets", set_checks), ("pairs", pair_checks)):
-                lo, v, bias, secs = logodds_and_verdicts(engine, checks, verifier.verifier_prompt,
-                                                         verifier.verdict_mode)
+                lo, v, bias, secs = logodds_and_verdicts(
+                    engine, checks, verifier.verifier_prompt, verifier.verdict_mode
+                )
                 out[name] = {"logodds": lo, "verdicts": v, "bias": bias, "seconds": secs}
             per_dtype[dtype] = out
         finally:
@@ -201,7 +224,7 @@ def bench_verdicts(store_url: str, run_id: str, pair_specs: list[str]) -> dict:
                 continue
             start, w = lay
             m = len(w)
-            scores.append(tuple(rubric_scores(w, [verdicts[start:start + m], verdicts[start + m:start + 2 * m]])))
+            scores.append(tuple(rubric_scores(w, [verdicts[start : start + m], verdicts[start + m : start + 2 * m]])))
         return scores
 
     result = {"sets": len(sets), "pairs": len(pairs), "pair_specs": pair_specs}
@@ -210,17 +233,22 @@ def bench_verdicts(store_url: str, run_id: str, pair_specs: list[str]) -> dict:
         both = [(x, y) for x, y in zip(a["verdicts"], b["verdicts"]) if x is not None and y is not None]
         dlo = [abs(x - y) for x, y in zip(a["logodds"], b["logodds"]) if x is not None and y is not None]
         n = len(a["verdicts"])
-        row = {"checks": n, "flip_share": round(sum(x != y for x, y in both) / len(both), 4) if both else None,
-               "flips": sum(x != y for x, y in both),
-               "yes_rate": {d: rate(per_dtype[d][name]["verdicts"])[0] for d in DTYPES},
-               "mean_abs_logodds_change": round(float(np.mean(dlo)), 4) if dlo else None,
-               "threshold": {d: per_dtype[d][name]["bias"] for d in DTYPES},
-               "verdicts_per_s": {d: round(n / per_dtype[d][name]["seconds"], 2) for d in DTYPES}}
+        row = {
+            "checks": n,
+            "flip_share": round(sum(x != y for x, y in both) / len(both), 4) if both else None,
+            "flips": sum(x != y for x, y in both),
+            "yes_rate": {d: rate(per_dtype[d][name]["verdicts"])[0] for d in DTYPES},
+            "mean_abs_logodds_change": round(float(np.mean(dlo)), 4) if dlo else None,
+            "threshold": {d: per_dtype[d][name]["bias"] for d in DTYPES},
+            "verdicts_per_s": {d: round(n / per_dtype[d][name]["seconds"], 2) for d in DTYPES},
+        }
         if name == "sets" and sets:
             m32, m16 = set_metrics(sets, a["verdicts"]), set_metrics(sets, b["verdicts"])
             row["r_disc"] = {"float32": m32["sets_r_disc"], "bfloat16": m16["sets_r_disc"]}
-            row["constant_score_share"] = {"float32": m32["constant_score_share"],
-                                           "bfloat16": m16["constant_score_share"]}
+            row["constant_score_share"] = {
+                "float32": m32["constant_score_share"],
+                "bfloat16": m16["constant_score_share"],
+            }
         if name == "pairs":
             row["float32"] = pair_metrics(pair_scores(a["verdicts"]))
             row["bfloat16"] = pair_metrics(pair_scores(b["verdicts"]))

@@ -20,8 +20,25 @@ from pathlib import Path
 
 def run(store: Path, preset: str, out: Path, extra: list[str]) -> tuple[float, dict]:
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "cli.main", "round", "--preset", preset, "--store", str(store),
-                           "--run-id", "bench", "--json", str(out), *extra], capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cli.main",
+            "round",
+            "--preset",
+            preset,
+            "--store",
+            str(store),
+            "--run-id",
+            "bench",
+            "--json",
+            str(out),
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+    )
     wall = time.perf_counter() - start
     if proc.returncode != 0:
         sys.exit(f"dr round failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
@@ -41,7 +58,8 @@ def main() -> None:
     print(f"{'step':<20}{'first run':>14}{'re-run':>20}")
     for name, info in first["steps"].items():
         again = second["steps"].get(name, {})
-        print(f"{name:<20}{info['seconds']:>8.2f} s {info['state']:<9}{again.get('seconds', 0):>8.2f} s {again.get('state', '')}")
+        redo = f"{again.get('seconds', 0):>8.2f} s {again.get('state', '')}"
+        print(f"{name:<20}{info['seconds']:>8.2f} s {info['state']:<9}{redo}")
     cached = [i["seconds"] for i in second["steps"].values() if i["state"] == "Cached"]
     model_steps = [n for n in ("sample", "generate-rubrics", "verify", "evaluate-evaluator") if n in second["steps"]]
     redone = [n for n in model_steps if second["steps"][n]["state"] != "Cached"]

@@ -44,8 +44,22 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="dr-bench-scaling-") as tmp:
         for n in sizes:
             out = Path(tmp) / f"n{n}.json"
-            cmd = [sys.executable, "-m", "cli.main", "round", "--preset", args.preset, "--store", f"{tmp}/s{n}",
-                   "--run-id", "scale", "--set", f"n_prompts={n}", "--json", str(out)]
+            cmd = [
+                sys.executable,
+                "-m",
+                "cli.main",
+                "round",
+                "--preset",
+                args.preset,
+                "--store",
+                f"{tmp}/s{n}",
+                "--run-id",
+                "scale",
+                "--set",
+                f"n_prompts={n}",
+                "--json",
+                str(out),
+            ]
             cmd += [] if args.eval else ["--no-eval"]
             cmd += ["--engines", args.engines] if args.engines else []
             start = time.perf_counter()
@@ -56,22 +70,36 @@ def main() -> None:
             res = json.loads(out.read_text())
             steps = {k: v["seconds"] for k, v in res["steps"].items() if k in MODEL_STEPS}
             model = sum(steps.values())
-            rows.append({"n_prompts": n, "wall_s": round(wall, 1), "model_steps_s": round(model, 1),
-                         "per_prompt_s": round(model / n, 2), "steps": steps,
-                         "verdicts": res["summary"].get("verdicts"), "responses": res["summary"].get("responses")})
-            print(f"n_prompts={n:3d}  wall {wall:7.1f} s  model steps {model:7.1f} s  per prompt {model / n:6.2f} s  "
-                  f"verdicts {rows[-1]['verdicts']}", flush=True)
+            rows.append(
+                {
+                    "n_prompts": n,
+                    "wall_s": round(wall, 1),
+                    "model_steps_s": round(model, 1),
+                    "per_prompt_s": round(model / n, 2),
+                    "steps": steps,
+                    "verdicts": res["summary"].get("verdicts"),
+                    "responses": res["summary"].get("responses"),
+                }
+            )
+            print(
+                f"n_prompts={n:3d}  wall {wall:7.1f} s  model steps {model:7.1f} s  per prompt {model / n:6.2f} s  "
+                f"verdicts {rows[-1]['verdicts']}",
+                flush=True,
+            )
     xs = [r["n_prompts"] for r in rows]
     s_model = slope(xs, [r["model_steps_s"] for r in rows])
     s_wall = slope(xs, [r["wall_s"] for r in rows])
     print(f"\nlog-log slope, model steps' seconds vs n_prompts: {s_model:.2f}   wall: {s_wall:.2f}")
     for name in MODEL_STEPS:
         if all(name in r["steps"] for r in rows):
-            print(f"  {name:18} slope {slope(xs, [max(r['steps'][name], 1e-3) for r in rows]):.2f}   "
-                  + "  ".join(f"{r['steps'][name]:.1f}" for r in rows))
+            print(
+                f"  {name:18} slope {slope(xs, [max(r['steps'][name], 1e-3) for r in rows]):.2f}   "
+                + "  ".join(f"{r['steps'][name]:.1f}" for r in rows)
+            )
     if args.output:
-        Path(args.output).write_text(json.dumps({"sizes": sizes, "rows": rows, "slope_model_steps": s_model,
-                                                 "slope_wall": s_wall}, indent=1))
+        Path(args.output).write_text(
+            json.dumps({"sizes": sizes, "rows": rows, "slope_model_steps": s_model, "slope_wall": s_wall}, indent=1)
+        )
 
 
 if __name__ == "__main__":

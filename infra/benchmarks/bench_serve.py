@@ -69,8 +69,14 @@ def make_sets(n: int, k: int) -> list[dict]:
             idx = sorted({(round(i * step) + shift) % len(resp) for i in range(k)})
             if len(idx) < k:
                 continue
-            sets.append({"source_id": row["id"], "prompt": row["prompt"], "responses": [resp[i] for i in idx],
-                         "response_indices": idx})
+            sets.append(
+                {
+                    "source_id": row["id"],
+                    "prompt": row["prompt"],
+                    "responses": [resp[i] for i in idx],
+                    "response_indices": idx,
+                }
+            )
             added = True
             if len(sets) == n:
                 break
@@ -113,8 +119,9 @@ def stop_server(proc: subprocess.Popen) -> int | None:
         try:
             proc.wait(STOP_GRACE_S)
         except subprocess.TimeoutExpired:
-            print(f"dr serve (pid {proc.pid}) still running {STOP_GRACE_S:.0f} s after SIGTERM: SIGKILL",
-                  file=sys.stderr)
+            print(
+                f"dr serve (pid {proc.pid}) still running {STOP_GRACE_S:.0f} s after SIGTERM: SIGKILL", file=sys.stderr
+            )
             proc.kill()
             proc.wait()
     return proc.returncode
@@ -150,12 +157,18 @@ def read_metrics(client: httpx.Client, base: str) -> dict[str, float]:
 def batch_delta(before: dict, after: dict) -> dict:
     sets = after.get("dr_batch_sets_sum", 0.0) - before.get("dr_batch_sets_sum", 0.0)
     batches = after.get("dr_batch_sets_count", 0.0) - before.get("dr_batch_sets_count", 0.0)
-    return {"engine_batches": int(batches), "batched_sets": int(sets),
-            "mean_sets_per_batch": round(sets / batches, 2) if batches else None,
-            "batches_total_delta": int(after.get("dr_batches_total", 0.0) - before.get("dr_batches_total", 0.0)),
-            "stage_seconds": {st: round(after.get(f"dr_stage_seconds_total:{st}", 0.0)
-                                        - before.get(f"dr_stage_seconds_total:{st}", 0.0), 2)
-                              for st in ("generation", "verification", "store")}}
+    return {
+        "engine_batches": int(batches),
+        "batched_sets": int(sets),
+        "mean_sets_per_batch": round(sets / batches, 2) if batches else None,
+        "batches_total_delta": int(after.get("dr_batches_total", 0.0) - before.get("dr_batches_total", 0.0)),
+        "stage_seconds": {
+            st: round(
+                after.get(f"dr_stage_seconds_total:{st}", 0.0) - before.get(f"dr_stage_seconds_total:{st}", 0.0), 2
+            )
+            for st in ("generation", "verification", "store")
+        },
+    }
 
 
 # -- clients ----------------------------------------------------------------------------------------------------
@@ -230,14 +243,24 @@ def percentile(xs: list[float], q: float) -> float | None:
 def summarize(name: str, recs: list[dict], wall: float, batches: dict) -> dict:
     ok = [r for r in recs if r["status"] == 200]
     lat = [r["latency_s"] for r in ok]
-    return {"mode": name, "requests": len(recs), "ok": len(ok), "failed": len(recs) - len(ok),
-            "wall_s": round(wall, 2), "throughput_sets_per_s": round(len(ok) / wall, 4) if wall > 0 else None,
-            "latency_p50_s": round(percentile(lat, 0.5), 2) if lat else None,
-            "latency_p95_s": round(percentile(lat, 0.95), 2) if lat else None,
-            "latency_mean_s": round(sum(lat) / len(lat), 2) if lat else None,
-            "unscorable_responses": sum(r.get("unscorable", 0) for r in ok), **batches,
-            "errors": [{"request_id": r["request_id"], "status": r["status"], "error": r["error"][:500]}
-                       for r in recs if r["status"] != 200]}
+    return {
+        "mode": name,
+        "requests": len(recs),
+        "ok": len(ok),
+        "failed": len(recs) - len(ok),
+        "wall_s": round(wall, 2),
+        "throughput_sets_per_s": round(len(ok) / wall, 4) if wall > 0 else None,
+        "latency_p50_s": round(percentile(lat, 0.5), 2) if lat else None,
+        "latency_p95_s": round(percentile(lat, 0.95), 2) if lat else None,
+        "latency_mean_s": round(sum(lat) / len(lat), 2) if lat else None,
+        "unscorable_responses": sum(r.get("unscorable", 0) for r in ok),
+        **batches,
+        "errors": [
+            {"request_id": r["request_id"], "status": r["status"], "error": r["error"][:500]}
+            for r in recs
+            if r["status"] != 200
+        ],
+    }
 
 
 def fmt(v, spec: str) -> str:
@@ -268,13 +291,26 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="dr-bench-serve-"))
     store, log_path = tmp / "store", tmp / "serve.log"
     run_tag = f"b{int(time.time())}"
-    cmd = [sys.executable, "-m", "cli.main", "serve", "--store", str(store), "--host", "127.0.0.1", "--port",
-           str(port), "--max-batch-sets", str(args.max_batch_sets), "--run-id", "bench-serve"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "cli.main",
+        "serve",
+        "--store",
+        str(store),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--max-batch-sets",
+        str(args.max_batch_sets),
+        "--run-id",
+        "bench-serve",
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2")}
     print(f"$ {' '.join(cmd)}   (log: {log_path})", flush=True)
     log_file = open(log_path, "w")
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log_file, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)
     phases, exit_code = {}, None
     try:
         ready, ready_s = wait_ready(base, proc, log_path, READY_TIMEOUT_S)
@@ -307,40 +343,69 @@ def main() -> None:
         a, b = conc.get(key), seq.get(key)
         return round(a / b, 3) if a is not None and b else None
 
-    ratios = {"throughput_concurrent_over_sequential": ratio("throughput_sets_per_s"),
-              "p50_latency_concurrent_over_sequential": ratio("latency_p50_s")}
+    ratios = {
+        "throughput_concurrent_over_sequential": ratio("throughput_sets_per_s"),
+        "p50_latency_concurrent_over_sequential": ratio("latency_p50_s"),
+    }
     total = time.perf_counter() - t0
 
     rows = [("mode", "requests", "ok", "wall s", "sets/s", "p50 s", "p95 s", "batches", "mean sets/batch")]
     for name in ("sequential", "concurrent"):
         p = phases[name]
         label = name if name == "sequential" else f"concurrent ({args.clients} clients)"
-        rows.append((label, str(p["requests"]), str(p["ok"]), fmt(p["wall_s"], ".1f"),
-                     fmt(p["throughput_sets_per_s"], ".3f"), fmt(p["latency_p50_s"], ".1f"),
-                     fmt(p["latency_p95_s"], ".1f"), str(p["engine_batches"]), fmt(p["mean_sets_per_batch"], ".2f")))
+        rows.append(
+            (
+                label,
+                str(p["requests"]),
+                str(p["ok"]),
+                fmt(p["wall_s"], ".1f"),
+                fmt(p["throughput_sets_per_s"], ".3f"),
+                fmt(p["latency_p50_s"], ".1f"),
+                fmt(p["latency_p95_s"], ".1f"),
+                str(p["engine_batches"]),
+                fmt(p["mean_sets_per_batch"], ".2f"),
+            )
+        )
     print()
     print("| " + " | ".join(rows[0]) + " |")
     print("|" + "|".join("---" for _ in rows[0]) + "|")
     for r in rows[1:]:
         print("| " + " | ".join(r) + " |")
-    print(f"\nconcurrent / sequential: throughput x{fmt(ratios['throughput_concurrent_over_sequential'], '.2f')}, "
-          f"p50 latency x{fmt(ratios['p50_latency_concurrent_over_sequential'], '.2f')}")
+    print(
+        f"\nconcurrent / sequential: throughput x{fmt(ratios['throughput_concurrent_over_sequential'], '.2f')}, "
+        f"p50 latency x{fmt(ratios['p50_latency_concurrent_over_sequential'], '.2f')}"
+    )
     for name in ("sequential", "concurrent"):
         st = phases[name]["stage_seconds"]
-        print(f"{name}: generation {st['generation']:.1f} s, verification {st['verification']:.1f} s, "
-              f"store {st['store']:.1f} s (inside the engine batches)")
+        print(
+            f"{name}: generation {st['generation']:.1f} s, verification {st['verification']:.1f} s, "
+            f"store {st['store']:.1f} s (inside the engine batches)"
+        )
     print(f"engine start-up {ready_s:.1f} s; total wall {total:.1f} s; server exit code {exit_code}")
     for name, p in phases.items():
         for e in p["errors"][:3]:
             print(f"  {name} error: {e['request_id']} status {e['status']}: {e['error'][:300]}")
 
-    result = {"benchmark": "bench_serve", "command": " ".join([Path(sys.executable).name] + sys.argv),
-              "config": {"requests": n, "clients": args.clients, "responses_per_set": args.responses_per_set,
-                         "max_batch_sets": args.max_batch_sets, "warmup_requests": WARMUP,
-                         "data": str(DATA.relative_to(ROOT)), "engines": "dr serve's default (--preset tiny), vLLM CPU",
-                         "omp_num_threads": env["OMP_NUM_THREADS"]},
-              "server": ready, "startup_s": round(ready_s, 1), "server_exit_code": exit_code,
-              "phases": phases, "ratios": ratios, "total_wall_s": round(total, 1)}
+    result = {
+        "benchmark": "bench_serve",
+        "command": " ".join([Path(sys.executable).name] + sys.argv),
+        "config": {
+            "requests": n,
+            "clients": args.clients,
+            "responses_per_set": args.responses_per_set,
+            "max_batch_sets": args.max_batch_sets,
+            "warmup_requests": WARMUP,
+            "data": str(DATA.relative_to(ROOT)),
+            "engines": "dr serve's default (--preset tiny), vLLM CPU",
+            "omp_num_threads": env["OMP_NUM_THREADS"],
+        },
+        "server": ready,
+        "startup_s": round(ready_s, 1),
+        "server_exit_code": exit_code,
+        "phases": phases,
+        "ratios": ratios,
+        "total_wall_s": round(total, 1),
+    }
     out = Path(args.output)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")

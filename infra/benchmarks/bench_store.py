@@ -2,7 +2,7 @@
 reading the same Parquet files directly, on generated verdicts in the store layout; locally and on a real S3 server
 (SeaweedFS ``weed mini`` on 127.0.0.1, the test fixture's launcher).
 
-    flock /tmp/dr-heavy.lock env OMP_NUM_THREADS=1 .venv/bin/python infra/benchmarks/bench_store.py            # 10M rows
+    flock /tmp/dr-heavy.lock env OMP_NUM_THREADS=1 .venv/bin/python infra/benchmarks/bench_store.py  # 10M rows
     .venv/bin/python infra/benchmarks/bench_store.py --rows 200000 --backend local                              # quick
 
 Data: per round, response sets with ``--rollouts`` rubric rollouts of ``--items`` items, each judged on 8 policy
@@ -25,7 +25,7 @@ import pyarrow as pa
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from dr_core.store import sql
+from dr_core.store import sql  # noqa: E402
 from dr_core.store.artifacts import Store  # noqa: E402
 
 K_POLICY, N_ANCHOR = 8, 11
@@ -67,30 +67,66 @@ def generate(store: Store, rows: int, rounds: int, rollouts: int, items: int, se
     for rnd in range(rounds):
         set_id = np.arange(sets, dtype=np.int64) + rnd * sets
         # verdict order: set, rollout, item, response
-        grid = np.stack(np.meshgrid(set_id, np.arange(rollouts), np.arange(items), np.arange(K_POLICY + N_ANCHOR),
-                                    indexing="ij"), axis=-1).reshape(-1, 4)
+        grid = np.stack(
+            np.meshgrid(set_id, np.arange(rollouts), np.arange(items), np.arange(K_POLICY + N_ANCHOR), indexing="ij"),
+            axis=-1,
+        ).reshape(-1, 4)
         n = len(grid)
         p_yes = 0.8 - 0.05 * responses[grid[:, 3]] * (targets[grid[:, 3]] == "anchor")  # better anchors say yes more
         verdict = pa.array(rng.random(n) < p_yes, mask=rng.random(n) < 0.02)
-        store.write("verdicts", pa.table({
-            "stage": pa.array(["generator"] * n), "set_id": grid[:, 0], "rollout": grid[:, 1].astype(np.int32),
-            "item": grid[:, 2].astype(np.int32), "target": pa.array(targets[grid[:, 3]]),
-            "response": responses[grid[:, 3]], "verdict": verdict, "verifier": pa.array(["bench-verifier"] * n),
-        }), part="verify", run_id="bench", round=rnd)
+        store.write(
+            "verdicts",
+            pa.table(
+                {
+                    "stage": pa.array(["generator"] * n),
+                    "set_id": grid[:, 0],
+                    "rollout": grid[:, 1].astype(np.int32),
+                    "item": grid[:, 2].astype(np.int32),
+                    "target": pa.array(targets[grid[:, 3]]),
+                    "response": responses[grid[:, 3]],
+                    "verdict": verdict,
+                    "verifier": pa.array(["bench-verifier"] * n),
+                }
+            ),
+            part="verify",
+            run_id="bench",
+            round=rnd,
+        )
         rgrid = np.stack(np.meshgrid(set_id, np.arange(rollouts), np.arange(items), indexing="ij"), -1).reshape(-1, 3)
         m = len(rgrid)
-        store.write("rubrics", pa.table({
-            "stage": pa.array(["generator"] * m), "set_id": rgrid[:, 0], "generator_ckpt": pa.array(["g"] * m),
-            "rollout": rgrid[:, 1].astype(np.int32), "item": rgrid[:, 2].astype(np.int32),
-            "criterion": pa.array([f"criterion {i}" for i in rgrid[:, 2]]),
-            "weight": rng.integers(1, 6, m).astype(np.int8),
-        }), part="generate", run_id="bench", round=rnd)
+        store.write(
+            "rubrics",
+            pa.table(
+                {
+                    "stage": pa.array(["generator"] * m),
+                    "set_id": rgrid[:, 0],
+                    "generator_ckpt": pa.array(["g"] * m),
+                    "rollout": rgrid[:, 1].astype(np.int32),
+                    "item": rgrid[:, 2].astype(np.int32),
+                    "criterion": pa.array([f"criterion {i}" for i in rgrid[:, 2]]),
+                    "weight": rng.integers(1, 6, m).astype(np.int8),
+                }
+            ),
+            part="generate",
+            run_id="bench",
+            round=rnd,
+        )
         g = sets * rollouts
-        store.write("rewards", pa.table({
-            "stage": pa.array(["generator"] * g), "set_id": np.repeat(set_id, rollouts),
-            "rollout": np.tile(np.arange(rollouts, dtype=np.int32), sets), "r_disc": rng.random(g) * 0.25,
-            "r_anchor": -rng.random(g),
-        }), part="reward", run_id="bench", round=rnd)
+        store.write(
+            "rewards",
+            pa.table(
+                {
+                    "stage": pa.array(["generator"] * g),
+                    "set_id": np.repeat(set_id, rollouts),
+                    "rollout": np.tile(np.arange(rollouts, dtype=np.int32), sets),
+                    "r_disc": rng.random(g) * 0.25,
+                    "r_anchor": -rng.random(g),
+                }
+            ),
+            part="reward",
+            run_id="bench",
+            round=rnd,
+        )
         total += n
     return total
 
@@ -117,8 +153,15 @@ def bench(store: Store, args) -> dict:
     assert len(named) == len(hand) == args.rounds
     for a, b in zip(named, hand):
         assert a["round"] == b["round"] and abs(a["mean_gap"] - b["mean_gap"]) < 1e-9, (a, b)
-    return dict(verdict_rows=n, parquet_mib=size / 2**20, write_s=write_s, named_s=named_s, hand_s=hand_s,
-                ratio=named_s / hand_s, mean_gap_round0=named[0]["mean_gap"])
+    return dict(
+        verdict_rows=n,
+        parquet_mib=size / 2**20,
+        write_s=write_s,
+        named_s=named_s,
+        hand_s=hand_s,
+        ratio=named_s / hand_s,
+        mean_gap_round0=named[0]["mean_gap"],
+    )
 
 
 def main() -> None:
@@ -141,16 +184,21 @@ def main() -> None:
             server = SeaweedServer.start(Path(tmp) / "weed")
             try:
                 env = server.env
-                opts = S3Options(env["AWS_ENDPOINT_URL"], env["AWS_REGION"], env["AWS_ACCESS_KEY_ID"],
-                                 env["AWS_SECRET_ACCESS_KEY"])
+                opts = S3Options(
+                    env["AWS_ENDPOINT_URL"], env["AWS_REGION"], env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"]
+                )
                 results["s3"] = bench(Store.from_url("s3://dr-bench/store", opts), args)
             finally:
                 server.stop()
-    print(f"{'backend':8} {'verdicts':>10} {'MiB':>7} {'write s':>8} {'gap_by_round s':>15} {'hand-written s':>15} "
-          f"{'ratio':>6}")
+    print(
+        f"{'backend':8} {'verdicts':>10} {'MiB':>7} {'write s':>8} {'gap_by_round s':>15} {'hand-written s':>15} "
+        f"{'ratio':>6}"
+    )
     for name, r in results.items():
-        print(f"{name:8} {r['verdict_rows']:>10,} {r['parquet_mib']:>7.1f} {r['write_s']:>8.1f} {r['named_s']:>15.3f} "
-              f"{r['hand_s']:>15.3f} {r['ratio']:>6.2f}")
+        print(
+            f"{name:8} {r['verdict_rows']:>10,} {r['parquet_mib']:>7.1f} {r['write_s']:>8.1f} {r['named_s']:>15.3f} "
+            f"{r['hand_s']:>15.3f} {r['ratio']:>6.2f}"
+        )
 
 
 if __name__ == "__main__":

@@ -21,12 +21,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from dr_core.rubric import prompts
 from dr_core.config import EngineConfig  # noqa: E402
-from dr_core.evaluator.calibrate import VERDICT_LOGPROBS, first_logodds, content_free_checks, verdict_bias
+from dr_core.evaluator.calibrate import VERDICT_LOGPROBS, content_free_checks, first_logodds, verdict_bias
 from dr_core.evaluator.items import Check
 from dr_core.evaluator.verify import verify
 from dr_core.paths import bundled  # noqa: E402
+from dr_core.rubric import prompts
 
 
 def load_probe() -> tuple[list[Check], list[int]]:
@@ -76,8 +76,9 @@ def main() -> None:
         cf = content_free_checks()
         cf_convs = [prompts.verifier_messages(c.prompt, c.response, c.criterion) for c in cf]
         masked = engine.chat(convs, max_tokens=1, logprobs=VERDICT_LOGPROBS, choices=list(prompts.VERDICT_CHOICES))
-        masked_cf = engine.chat(cf_convs, max_tokens=1, logprobs=VERDICT_LOGPROBS,
-                                choices=list(prompts.VERDICT_CHOICES))
+        masked_cf = engine.chat(
+            cf_convs, max_tokens=1, logprobs=VERDICT_LOGPROBS, choices=list(prompts.VERDICT_CHOICES)
+        )
         m_odds = [first_logodds(o) for o in masked]
         m_cf = [o for o in map(first_logodds, masked_cf) if o is not None]
         m_bias = sum(m_cf) / len(m_cf) if m_cf else 0.0
@@ -91,7 +92,8 @@ def main() -> None:
         "constant_baseline_accuracy": max(sum(expected), len(expected) - sum(expected)) / len(expected),
         "choice": summary(plain, expected),
         "calibrated": summary(calibrated, expected) | {"bias": bias, "logodds": odds} | pair_order(odds, expected),
-        "choice_logodds": summary(m_verdicts, expected) | {"bias": m_bias, "logodds": m_odds}
+        "choice_logodds": summary(m_verdicts, expected)
+        | {"bias": m_bias, "logodds": m_odds}
         | pair_order(m_odds, expected),
     }
     args.output.parent.mkdir(parents=True, exist_ok=True)

@@ -43,10 +43,18 @@ from dr_core.paths import REPO_DIR, bundled  # noqa: E402
 from dr_core.scoring.equations import rubric_scores  # noqa: E402
 
 SHARED = REPO_DIR.parent / "shared" / "data"
-DEFAULT_PAIRS = [f"{SHARED / 'eval' / 'hh_harmless_pairs.jsonl'}:40:10",
-                 f"{SHARED / 'eval' / 'rmbench_chat_pairs.jsonl'}:0:10"]
-PROCEDURES = [("choice", "system"), ("choice", "plain"), ("calibrated", "system"), ("calibrated", "plain"),
-              ("balanced", "system"), ("balanced", "plain")]
+DEFAULT_PAIRS = [
+    f"{SHARED / 'eval' / 'hh_harmless_pairs.jsonl'}:40:10",
+    f"{SHARED / 'eval' / 'rmbench_chat_pairs.jsonl'}:0:10",
+]
+PROCEDURES = [
+    ("choice", "system"),
+    ("choice", "plain"),
+    ("calibrated", "system"),
+    ("calibrated", "plain"),
+    ("balanced", "system"),
+    ("balanced", "plain"),
+]
 
 
 def load_probe() -> tuple[list[Check], list[int]]:
@@ -59,7 +67,7 @@ def load_pairs(specs: list[str]) -> list[tuple[str, str, str, str]]:
     out = []
     for spec in specs:
         path, start, n = spec.rsplit(":", 2)
-        rows = load(path, "pairwise")[int(start):int(start) + int(n)]
+        rows = load(path, "pairwise")[int(start) : int(start) + int(n)]
         out += [(Path(path).stem, r.prompt, r.chosen, r.rejected) for r in rows]
     return out
 
@@ -72,8 +80,10 @@ def store_sets(url: str, run_id: str) -> list[dict]:
     con = Store.from_url(url).connect()
     q = lambda text: con.sql(text).fetchall()  # noqa: E731
     sets: dict[tuple, dict] = {}
-    for rnd, sid, pid, idx, text in q(f"SELECT round, set_id, prompt_id, response_idx, response FROM samples WHERE "
-                                      f"run_id = '{run_id}' AND stage = 'measure' ORDER BY ALL"):
+    for rnd, sid, pid, _idx, text in q(
+        f"SELECT round, set_id, prompt_id, response_idx, response FROM samples WHERE "
+        f"run_id = '{run_id}' AND stage = 'measure' ORDER BY ALL"
+    ):
         sets.setdefault((rnd, sid), {"prompt_id": pid, "C": []})["C"].append(text)
     anchors: dict[str, dict[int, str]] = {}
     prompt_of: dict[str, str] = {}
@@ -81,16 +91,26 @@ def store_sets(url: str, run_id: str) -> list[dict]:
         anchors.setdefault(pid, {})[rank] = resp
         prompt_of[pid] = prompt
     rubrics: dict[tuple, list] = {}
-    for rnd, sid, ro, _item, crit, w in q(f"SELECT round, set_id, rollout, item, criterion, weight FROM rubrics WHERE "
-                                           f"run_id = '{run_id}' AND stage = 'measure' AND criterion IS NOT NULL "
-                                           f"ORDER BY ALL"):
+    for rnd, sid, ro, _item, crit, w in q(
+        f"SELECT round, set_id, rollout, item, criterion, weight FROM rubrics WHERE "
+        f"run_id = '{run_id}' AND stage = 'measure' AND criterion IS NOT NULL "
+        f"ORDER BY ALL"
+    ):
         rubrics.setdefault((rnd, sid, ro), []).append((crit, int(w)))
     out = []
-    for (rnd, sid, ro), items in sorted(rubrics.items()):
+    for (rnd, sid, _ro), items in sorted(rubrics.items()):
         s = sets[(rnd, sid)]
         ranked = anchors[s["prompt_id"]]  # the round's anchors: the store holds the ranks it selected
-        out.append({"round": rnd, "set_id": sid, "prompt": prompt_of[s["prompt_id"]], "C": s["C"],
-                    "anchors": [ranked[r] for r in sorted(ranked)], "items": items})
+        out.append(
+            {
+                "round": rnd,
+                "set_id": sid,
+                "prompt": prompt_of[s["prompt_id"]],
+                "C": s["C"],
+                "anchors": [ranked[r] for r in sorted(ranked)],
+                "items": items,
+            }
+        )
     return out
 
 
@@ -112,9 +132,13 @@ def set_metrics(sets: list[dict], verdicts: list[int | None]) -> dict:
         if d is not None:
             r_disc.append(float(d))
     y, n = rate(list(verdicts))
-    return {"sets": len(sets), "sets_yes_rate": y, "sets_checks": n,
-            "constant_score_share": constant / len(sets) if sets else None,
-            "sets_r_disc": float(np.mean(r_disc)) if r_disc else None}
+    return {
+        "sets": len(sets),
+        "sets_yes_rate": y,
+        "sets_checks": n,
+        "constant_score_share": constant / len(sets) if sets else None,
+        "sets_r_disc": float(np.mean(r_disc)) if r_disc else None,
+    }
 
 
 def pair_metrics(scores: list[tuple[float | None, float | None]]) -> dict:
@@ -124,9 +148,14 @@ def pair_metrics(scores: list[tuple[float | None, float | None]]) -> dict:
     ties = sum(abs(c - r) < 1e-9 for c, r in scorable)
     right = sum(c > r + 1e-9 for c, r in scorable)
     decisive = len(scorable) - ties
-    return {"n": n, "unscorable": n - len(scorable), "tie_rate": ties / n if n else None,
-            "strict_accuracy": right / n if n else None, "decisive_n": decisive,
-            "decisive_accuracy": right / decisive if decisive else None}
+    return {
+        "n": n,
+        "unscorable": n - len(scorable),
+        "tie_rate": ties / n if n else None,
+        "strict_accuracy": right / n if n else None,
+        "decisive_n": decisive,
+        "decisive_accuracy": right / decisive if decisive else None,
+    }
 
 
 def rate(verdicts: list[int | None]) -> tuple[float | None, int]:
@@ -136,14 +165,23 @@ def rate(verdicts: list[int | None]) -> tuple[float | None, int]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--models", nargs="*", default=None,
-                    help="bundled verifier models (default: every prepared bundled model)")
+    ap.add_argument(
+        "--models", nargs="*", default=None, help="bundled verifier models (default: every prepared bundled model)"
+    )
     ap.add_argument("--generator", default="default", help="bundled model or checkpoint that writes the rubrics")
     ap.add_argument("--pairs", nargs="*", default=DEFAULT_PAIRS, help="pairwise slices FILE:START:N")
-    ap.add_argument("--procedures", nargs="*", default=[f"{m}/{s}" for m, s in PROCEDURES],
-                    help="verdict_mode/verifier_prompt pairs to run (default: all four)")
-    ap.add_argument("--sets-store", default=None, help="also try every procedure on the measure-stage sets of a "
-                    "finished `dr coevolve` run in this store (with --sets-run-id)")
+    ap.add_argument(
+        "--procedures",
+        nargs="*",
+        default=[f"{m}/{s}" for m, s in PROCEDURES],
+        help="verdict_mode/verifier_prompt pairs to run (default: all four)",
+    )
+    ap.add_argument(
+        "--sets-store",
+        default=None,
+        help="also try every procedure on the measure-stage sets of a "
+        "finished `dr coevolve` run in this store (with --sets-run-id)",
+    )
     ap.add_argument("--sets-run-id", default="local")
     ap.add_argument("--output", type=Path, required=True)
     args = ap.parse_args()
@@ -178,12 +216,16 @@ def main() -> None:
         start = len(pair_checks)
         pair_checks += [Check(p, resp, crit) for resp in (c, r) for crit in rub.criteria]
         layout.append((start, rub.weights))
-    print(f"rubrics: {sum(x is not None for x in layout)}/{len(pairs)} usable, {len(pair_checks)} pair checks, "
-          f"{gseconds:.0f} s", flush=True)
+    print(
+        f"rubrics: {sum(x is not None for x in layout)}/{len(pairs)} usable, {len(pair_checks)} pair checks, "
+        f"{gseconds:.0f} s",
+        flush=True,
+    )
 
     sets = store_sets(args.sets_store, args.sets_run_id) if args.sets_store else []
-    set_checks = [Check(s["prompt"], resp, crit) for s in sets for resp in s["C"] + s["anchors"]
-                  for crit, _w in s["items"]]
+    set_checks = [
+        Check(s["prompt"], resp, crit) for s in sets for resp in s["C"] + s["anchors"] for crit, _w in s["items"]
+    ]
     if sets:
         print(f"store sets: {len(sets)} rubric x set pairs, {len(set_checks)} checks", flush=True)
     results = []
@@ -205,15 +247,20 @@ def main() -> None:
                         continue
                     start, weights = lay
                     m = len(weights)
-                    matrix = [on_pairs[start:start + m], on_pairs[start + m:start + 2 * m]]
+                    matrix = [on_pairs[start : start + m], on_pairs[start + m : start + 2 * m]]
                     scores.append(tuple(rubric_scores(weights, matrix)))
                 p_yes, p_n = rate(probe)
                 v_yes, v_n = rate(on_pairs)
                 row = {
-                    "model": name, "verdict_mode": mode, "verifier_prompt": style,
+                    "model": name,
+                    "verdict_mode": mode,
+                    "verifier_prompt": style,
                     "probe_accuracy": sum(v == e for v, e in zip(probe, expected)) / len(expected),
-                    "probe_yes_rate": p_yes, "probe_n": len(expected),
-                    "pairs_yes_rate": v_yes, "pairs_checks": v_n, **pair_metrics(scores),
+                    "probe_yes_rate": p_yes,
+                    "probe_n": len(expected),
+                    "pairs_yes_rate": v_yes,
+                    "pairs_checks": v_n,
+                    **pair_metrics(scores),
                     "seconds": round(secs, 1),
                     "verdicts_per_s": round((len(checks) + len(pair_checks) + len(set_checks)) / secs, 2),
                     **(set_metrics(sets, on_sets) if sets else {}),
@@ -222,20 +269,34 @@ def main() -> None:
                 print(json.dumps(row, default=float), flush=True)
         finally:
             engine.close()
-    out = {"generator": args.generator, "sets_store": args.sets_store, "pairs": args.pairs, "rubric_usable": sum(x is not None for x in layout),
-           "results": results}
+    out = {
+        "generator": args.generator,
+        "sets_store": args.sets_store,
+        "pairs": args.pairs,
+        "rubric_usable": sum(x is not None for x in layout),
+        "results": results,
+    }
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(out, indent=2, default=float) + "\n")
-    print("\n| model | verdict mode | prompt | probe acc. (n=24) | probe yes | pair-check yes (n) | ties | strict acc. (n) "
-          "| decisive acc. (n) | verdicts/s |")
+    print(
+        "\n| model | verdict mode | prompt | probe acc. (n=24) | probe yes | pair-check yes (n) | ties "
+        "| strict acc. (n) | decisive acc. (n) | verdicts/s |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     f = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
     for r in results:
-        print(f"| {r['model']} | {r['verdict_mode']} | {r['verifier_prompt']} | {f(r['probe_accuracy'])} | "
-              f"{f(r['probe_yes_rate'])} | {f(r['pairs_yes_rate'])} ({r['pairs_checks']}) | {f(r['tie_rate'])} | "
-              f"{f(r['strict_accuracy'])} ({r['n']}) | {f(r['decisive_accuracy'])} ({r['decisive_n']}) | "
-              f"{r['verdicts_per_s']} |" + (f" sets: yes {f(r['sets_yes_rate'])} ({r['sets_checks']}), constant "
-                                             f"{f(r['constant_score_share'])} of {r['sets']}" if sets else ""))
+        print(
+            f"| {r['model']} | {r['verdict_mode']} | {r['verifier_prompt']} | {f(r['probe_accuracy'])} | "
+            f"{f(r['probe_yes_rate'])} | {f(r['pairs_yes_rate'])} ({r['pairs_checks']}) | {f(r['tie_rate'])} | "
+            f"{f(r['strict_accuracy'])} ({r['n']}) | {f(r['decisive_accuracy'])} ({r['decisive_n']}) | "
+            f"{r['verdicts_per_s']} |"
+            + (
+                f" sets: yes {f(r['sets_yes_rate'])} ({r['sets_checks']}), constant "
+                f"{f(r['constant_score_share'])} of {r['sets']}"
+                if sets
+                else ""
+            )
+        )
     print(f"wrote {args.output}")
 
 

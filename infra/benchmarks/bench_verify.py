@@ -44,8 +44,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from dr_core.config import EngineConfig  # noqa: E402
 from dr_core.datasets import load_ranked  # noqa: E402
-from dr_core.evaluator.calibrate import (VERDICT_LOGPROBS, ask_logodds, calibrated_verdict, first_logodds,  # noqa: E402
-                                         verdict_bias)
+from dr_core.evaluator.calibrate import (
+    VERDICT_LOGPROBS,
+    ask_logodds,
+    calibrated_verdict,
+    first_logodds,  # noqa: E402
+    verdict_bias,
+)
 from dr_core.evaluator.items import Check  # noqa: E402
 from dr_core.evaluator.verify import parse_verdict, send_order, verify  # noqa: E402
 from dr_core.paths import bundled  # noqa: E402
@@ -163,8 +168,12 @@ def split_leaders(checks: list[Check]) -> tuple[list[Check], list[Check]]:
 def _ask(engine, checks: list[Check]):
     if MODE != "choice":
         return ask_logodds(engine, checks, STYLE)
-    return engine.chat([prompts.verifier_messages(c.prompt, c.response, c.criterion, style=STYLE) for c in checks],
-                       max_tokens=MAX_TOKENS, temperature=0.0, choices=list(prompts.VERDICT_CHOICES))
+    return engine.chat(
+        [prompts.verifier_messages(c.prompt, c.response, c.criterion, style=STYLE) for c in checks],
+        max_tokens=MAX_TOKENS,
+        temperature=0.0,
+        choices=list(prompts.VERDICT_CHOICES),
+    )
 
 
 def _verdicts(engine, checks: list[Check], outs) -> list:
@@ -202,9 +211,16 @@ def per_request_cost(engine, requests: int) -> float:
     from vllm import SamplingParams, TokensPrompt
     from vllm.sampling_params import StructuredOutputsParams
 
-    params = SamplingParams(n=1, temperature=0.0, max_tokens=1, logprobs=VERDICT_LOGPROBS) if MODE != "choice" else \
-        SamplingParams(n=1, temperature=0.0, max_tokens=MAX_TOKENS,
-                       structured_outputs=StructuredOutputsParams(choice=list(prompts.VERDICT_CHOICES)))
+    params = (
+        SamplingParams(n=1, temperature=0.0, max_tokens=1, logprobs=VERDICT_LOGPROBS)
+        if MODE != "choice"
+        else SamplingParams(
+            n=1,
+            temperature=0.0,
+            max_tokens=MAX_TOKENS,
+            structured_outputs=StructuredOutputsParams(choice=list(prompts.VERDICT_CHOICES)),
+        )
+    )
     token = engine.render([{"role": "user", "content": "Hi"}])[0]
     start = time.perf_counter()
     engine.llm.generate([TokensPrompt(prompt_token_ids=[token]) for _ in range(requests)], params, use_tqdm=False)
@@ -216,8 +232,10 @@ def decode_rate(engine, prompts_n: int = 4, tokens: int = 64) -> float:
     from vllm import SamplingParams, TokensPrompt
 
     params = SamplingParams(n=1, temperature=0.0, max_tokens=tokens, ignore_eos=True)
-    ids = [engine.render([{"role": "user", "content": f"Tell me a long story about the number {i}."}])
-           for i in range(prompts_n)]
+    ids = [
+        engine.render([{"role": "user", "content": f"Tell me a long story about the number {i}."}])
+        for i in range(prompts_n)
+    ]
     engine.reset_prefix_cache()
     start = time.perf_counter()
     engine.llm.generate([TokensPrompt(prompt_token_ids=p) for p in ids], params, use_tqdm=False)
@@ -225,12 +243,16 @@ def decode_rate(engine, prompts_n: int = 4, tokens: int = 64) -> float:
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| arm | block | verdicts/s | ms/verdict | prompt tokens computed / total | unique | x ideal |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| arm | block | verdicts/s | ms/verdict | prompt tokens computed / total | unique | x ideal |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
-        lines.append(f"| {r['arm']} | {r['block_size']} | {r['verdicts_per_s']:.2f} | {r['ms_per_verdict']:.0f} | "
-                     f"{r['computed_prompt_tokens']:,} / {r['prompt_tokens']:,} | {r['unique_prompt_tokens']:,} | "
-                     f"{r['cost_over_ideal']:.2f}x |")
+        lines.append(
+            f"| {r['arm']} | {r['block_size']} | {r['verdicts_per_s']:.2f} | {r['ms_per_verdict']:.0f} | "
+            f"{r['computed_prompt_tokens']:,} / {r['prompt_tokens']:,} | {r['unique_prompt_tokens']:,} | "
+            f"{r['cost_over_ideal']:.2f}x |"
+        )
     return "\n".join(lines)
 
 
@@ -240,16 +262,28 @@ def main() -> None:
     ap.add_argument("--responses", type=int, default=3, help="responses per prompt")
     ap.add_argument("--criteria", type=int, default=len(CRITERIA), help=f"criteria per response (<= {len(CRITERIA)})")
     ap.add_argument("--model", default="default", help="checkpoint directory or 'default'")
-    ap.add_argument("--verifier", choices=["default", "tiny"], default="default",
-                    help="'tiny': the tiny preset's verifier (its model, plain prompt and balanced verdicts) instead of "
-                    "--model with the system prompt and structured choice (the naive arm keeps the system wording: "
-                    "the plain prompt has no criterion-first layout)")
+    ap.add_argument(
+        "--verifier",
+        choices=["default", "tiny"],
+        default="default",
+        help="'tiny': the tiny preset's verifier (its model, plain prompt and balanced verdicts) instead of "
+        "--model with the system prompt and structured choice (the naive arm keeps the system wording: "
+        "the plain prompt has no criterion-first layout)",
+    )
     ap.add_argument("--dtype", default="auto", help="the engines' dtype (auto: this machine's, dr_core/numerics.py)")
     ap.add_argument("--today-block-size", type=int, default=128, help="today's engine: vLLM's CPU default")
-    ap.add_argument("--new-block-size", type=int, default=None,
-                    help="the new engine's EngineConfig.block_size (default None: the project's, 32 on CPU)")
-    ap.add_argument("--repeats", type=int, default=3,
-                    help="passes over the raw/today/new/leaders arms, interleaved (the median is kept)")
+    ap.add_argument(
+        "--new-block-size",
+        type=int,
+        default=None,
+        help="the new engine's EngineConfig.block_size (default None: the project's, 32 on CPU)",
+    )
+    ap.add_argument(
+        "--repeats",
+        type=int,
+        default=3,
+        help="passes over the raw/today/new/leaders arms, interleaved (the median is kept)",
+    )
     ap.add_argument("--output", type=Path, help="write the figures as JSON here")
     args = ap.parse_args()
 
@@ -263,20 +297,28 @@ def main() -> None:
         from dr_core.presets import preset
 
         tiny = preset("tiny").engines.verifier
-        args.model, STYLE, MODE = str(prepare(tiny.model, lambda m: print(m, file=sys.stderr))), \
-            tiny.verifier_prompt, tiny.verdict_mode
+        args.model, STYLE, MODE = (
+            str(prepare(tiny.model, lambda m: print(m, file=sys.stderr))),
+            tiny.verifier_prompt,
+            tiny.verdict_mode,
+        )
     elif args.model == "default":
         prepare_default_model(lambda m: print(m, file=sys.stderr))
     rows = load_ranked(bundled("anchors_alpacaeval.jsonl"), limit=args.prompts)
-    checks = [Check(r.prompt, resp, c) for r in rows for resp in r.responses[: args.responses]
-              for c in CRITERIA[: args.criteria]]
+    checks = [
+        Check(r.prompt, resp, c)
+        for r in rows
+        for resp in r.responses[: args.responses]
+        for c in CRITERIA[: args.criteria]
+    ]
 
     def open_engine(block):
         engine = VLLMEngine(EngineConfig(model=args.model, max_model_len=4096, block_size=block, dtype=args.dtype))
         # warm up on a long prompt of other text too (the first large prefill of a process is slow)
-        warm = [[{"role": "user", "content": "warm up"}],
-                prompts.verifier_messages("Warm up?", "Warming up the engine. " * 80, "The response is warm.",
-                                          style=STYLE)]
+        warm = [
+            [{"role": "user", "content": "warm up"}],
+            prompts.verifier_messages("Warm up?", "Warming up the engine. " * 80, "The response is warm.", style=STYLE),
+        ]
         engine.chat(warm, max_tokens=2, choices=list(prompts.VERDICT_CHOICES))
         return engine, engine.llm.llm_engine.vllm_config.cache_config.block_size
 
@@ -292,9 +334,11 @@ def main() -> None:
         # raw rate of this pass: the faster engine's (a smaller ideal, so a stricter ratio)
         raw = max(raw_prefill_rate(today_engine, checks), raw_prefill_rate(new_engine, checks))
         raw_rates.append(raw)
-        for name, run in (("today", lambda: run_verify("today", today_engine, today_block, checks)),
-                          ("new", lambda: run_verify("new", new_engine, new_block, checks)),
-                          ("leaders", lambda: run_leaders(new_engine, new_block, checks))):
+        for name, run in (
+            ("today", lambda: run_verify("today", today_engine, today_block, checks)),
+            ("new", lambda: run_verify("new", new_engine, new_block, checks)),
+            ("leaders", lambda: run_leaders(new_engine, new_block, checks)),
+        ):
             fig, v = run()
             fig["raw_prefill_tokens_per_s"] = raw
             fig["ideal_ms_per_verdict"] = 1000 * fig["unique_prompt_tokens"] / raw / fig["verdicts"]
@@ -302,8 +346,10 @@ def main() -> None:
             passes[name].append(fig)
             if verdicts.setdefault(name, v) != v:
                 verdicts[name + " (rerun differs)"] = v
-    per_request = {"today": per_request_cost(today_engine, len(checks)),
-                   "new": per_request_cost(new_engine, len(checks))}
+    per_request = {
+        "today": per_request_cost(today_engine, len(checks)),
+        "new": per_request_cost(new_engine, len(checks)),
+    }
     decode = {"today": decode_rate(today_engine), "new": decode_rate(new_engine)}
     model_name = new_engine.model_name
     today_engine.close()
@@ -355,23 +401,29 @@ def main() -> None:
     if args.output:
         args.output.write_text(text + "\n")
     print(text)
-    print(f"\n{len(checks)} verdicts, {args.repeats} interleaved passes (median); raw prefill "
-          f"{raw_rate:.0f} tok/s (cold prefill of the {len(split_leaders(checks)[0])} distinct prefixes, per pass: "
-          f"{', '.join(f'{r:.0f}' for r in raw_rates)}; the naive arm computed "
-          f"{naive['computed_prompt_tokens_per_s']:.0f} tok/s); ideal {ideal_ms:.0f} ms/verdict (unique tokens at the "
-          "raw rate)\n", file=sys.stderr)
+    print(
+        f"\n{len(checks)} verdicts, {args.repeats} interleaved passes (median); raw prefill "
+        f"{raw_rate:.0f} tok/s (cold prefill of the {len(split_leaders(checks)[0])} distinct prefixes, per pass: "
+        f"{', '.join(f'{r:.0f}' for r in raw_rates)}; the naive arm computed "
+        f"{naive['computed_prompt_tokens_per_s']:.0f} tok/s); ideal {ideal_ms:.0f} ms/verdict (unique tokens at the "
+        "raw rate)\n",
+        file=sys.stderr,
+    )
     print(table(arms), file=sys.stderr)
-    print(f"\nnew/today: {result['ratio_new_over_today_verdicts_per_s']:.2f}x verdicts/s; today/naive "
-          f"{result['ratio_today_over_naive_verdicts_per_s']:.1f}x; new costs {new['cost_over_ideal']:.2f}x the ideal "
-          f"(today {today['cost_over_ideal']:.2f}x); its token floor (computed / unique) is "
-          f"{result['new_token_floor_over_unique']:.2f}x.\nnew = ideal {ideal_ms:.0f} + block granularity "
-          f"{block_ms:.0f} "
-          f"({new['computed_prompt_tokens'] - new['unique_prompt_tokens']:,} tokens) + per-request {request_ms:.0f} "
-          f"(1-token prompts; today's engine {1000 * per_request['today']:.0f}) = "
-          f"{result['new_explained_ms_per_verdict']:.0f} ms explained of {new['ms_per_verdict']:.0f} measured.\n"
-          f"decode (4 x 64 tokens): block {today_block} {decode['today']:.1f} tok/s, block {new_block} "
-          f"{decode['new']:.1f} tok/s.\nsame verdicts today / leaders / new: {'yes' if same else 'NO'}; naive agrees "
-          f"on {result['naive_agrees_with_new']:.0%} (differently worded questions).", file=sys.stderr)
+    print(
+        f"\nnew/today: {result['ratio_new_over_today_verdicts_per_s']:.2f}x verdicts/s; today/naive "
+        f"{result['ratio_today_over_naive_verdicts_per_s']:.1f}x; new costs {new['cost_over_ideal']:.2f}x the ideal "
+        f"(today {today['cost_over_ideal']:.2f}x); its token floor (computed / unique) is "
+        f"{result['new_token_floor_over_unique']:.2f}x.\nnew = ideal {ideal_ms:.0f} + block granularity "
+        f"{block_ms:.0f} "
+        f"({new['computed_prompt_tokens'] - new['unique_prompt_tokens']:,} tokens) + per-request {request_ms:.0f} "
+        f"(1-token prompts; today's engine {1000 * per_request['today']:.0f}) = "
+        f"{result['new_explained_ms_per_verdict']:.0f} ms explained of {new['ms_per_verdict']:.0f} measured.\n"
+        f"decode (4 x 64 tokens): block {today_block} {decode['today']:.1f} tok/s, block {new_block} "
+        f"{decode['new']:.1f} tok/s.\nsame verdicts today / leaders / new: {'yes' if same else 'NO'}; naive agrees "
+        f"on {result['naive_agrees_with_new']:.0%} (differently worded questions).",
+        file=sys.stderr,
+    )
 
 
 if __name__ == "__main__":

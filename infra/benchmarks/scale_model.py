@@ -42,26 +42,51 @@ def round_work(cfg, a) -> list[Work]:
     # measurement (and sample-P(t-1)): the same sampling twice per round
     for step in ("sample P(t-1) (generator's sets)", "measure: sample P(t)"):
         out.append(Work("policy", step, n, n * a.prompt_tokens, n * k * a.response_tokens))
-    out.append(Work("generator", "measure: rubrics", n * rollouts, n * rollouts * gen_in, n * rollouts * a.rubric_tokens))
+    out.append(
+        Work("generator", "measure: rubrics", n * rollouts, n * rollouts * gen_in, n * rollouts * a.rubric_tokens)
+    )
     verdicts = n * rollouts * a.items * targets
-    out.append(Work("verifier", "measure: verdicts", verdicts,
-                    n * rollouts * targets * (a.prompt_tokens + a.response_tokens) + verdicts * check, verdicts))
+    out.append(
+        Work(
+            "verifier",
+            "measure: verdicts",
+            verdicts,
+            n * rollouts * targets * (a.prompt_tokens + a.response_tokens) + verdicts * check,
+            verdicts,
+        )
+    )
     # generator update: per step, per_device x accumulation rubric rollouts = groups of G over sets
     g_rollouts = g.max_steps * g.per_device_train_batch_size * g.gradient_accumulation_steps
-    out.append(Work("generator", "update: rubric rollouts", g_rollouts, g_rollouts * gen_in,
-                    g_rollouts * a.rubric_tokens))
+    out.append(
+        Work("generator", "update: rubric rollouts", g_rollouts, g_rollouts * gen_in, g_rollouts * a.rubric_tokens)
+    )
     gv = g_rollouts * a.items * targets
-    out.append(Work("verifier", "update: R_disc + R_anchor verdicts", gv,
-                    g_rollouts * targets * (a.prompt_tokens + a.response_tokens) + gv * check, gv))
+    out.append(
+        Work(
+            "verifier",
+            "update: R_disc + R_anchor verdicts",
+            gv,
+            g_rollouts * targets * (a.prompt_tokens + a.response_tokens) + gv * check,
+            gv,
+        )
+    )
     # policy update: responses in groups of K; each group one rubric from G(t), verified on its K responses
     p_resp = p.max_steps * p.per_device_train_batch_size * p.gradient_accumulation_steps
     groups = p_resp // p.num_generations
-    out.append(Work("policy", "update: rollouts", p_resp // p.num_generations, groups * a.prompt_tokens,
-                    p_resp * a.response_tokens))
+    out.append(
+        Work(
+            "policy",
+            "update: rollouts",
+            p_resp // p.num_generations,
+            groups * a.prompt_tokens,
+            p_resp * a.response_tokens,
+        )
+    )
     out.append(Work("generator", "update: G(t) rubric per group", groups, groups * gen_in, groups * a.rubric_tokens))
     pv = groups * a.items * p.num_generations
-    out.append(Work("verifier", "update: Eq. 12 verdicts", pv,
-                    p_resp * (a.prompt_tokens + a.response_tokens) + pv * check, pv))
+    out.append(
+        Work("verifier", "update: Eq. 12 verdicts", pv, p_resp * (a.prompt_tokens + a.response_tokens) + pv * check, pv)
+    )
     return out
 
 
@@ -69,12 +94,24 @@ def training_hours(cfg, a) -> dict[str, float]:
     """GPU-hours of the two GRPO updates' forward and backward passes (6 x params FLOP per token)."""
     per_token = 6 * a.params / a.mfu_flops  # seconds of one GPU per trained token
     g, p = cfg.generator, cfg.policy
-    g_tok = g.max_steps * g.per_device_train_batch_size * g.gradient_accumulation_steps * (
-        a.prompt_tokens + cfg.round.k * a.response_tokens + a.template_tokens + a.rubric_tokens)
-    p_tok = p.max_steps * p.per_device_train_batch_size * p.gradient_accumulation_steps * (
-        a.prompt_tokens + a.response_tokens)
-    return {"generator": g_tok * per_token / 3600, "policy": p_tok * per_token / 3600, "generator_tokens": g_tok,
-            "policy_tokens": p_tok}
+    g_tok = (
+        g.max_steps
+        * g.per_device_train_batch_size
+        * g.gradient_accumulation_steps
+        * (a.prompt_tokens + cfg.round.k * a.response_tokens + a.template_tokens + a.rubric_tokens)
+    )
+    p_tok = (
+        p.max_steps
+        * p.per_device_train_batch_size
+        * p.gradient_accumulation_steps
+        * (a.prompt_tokens + a.response_tokens)
+    )
+    return {
+        "generator": g_tok * per_token / 3600,
+        "policy": p_tok * per_token / 3600,
+        "generator_tokens": g_tok,
+        "policy_tokens": p_tok,
+    }
 
 
 def main(argv=None) -> None:
@@ -98,11 +135,15 @@ def main(argv=None) -> None:
 
     cfg = coevolve_preset(a.preset)
     work = round_work(cfg, a)
-    print(f"preset {a.preset}: {cfg.round.n_prompts} prompts, K={cfg.round.k}, {cfg.round.n_anchor} anchors, "
-          f"{cfg.round.rubric_rollouts} rubric rollouts, GRPO {cfg.generator.max_steps} steps x "
-          f"{cfg.generator.per_device_train_batch_size * cfg.generator.gradient_accumulation_steps} rollouts per update")
-    print(f"assumed: prompt {a.prompt_tokens}, response {a.response_tokens}, rubric {a.rubric_tokens} tokens, "
-          f"{a.items} items; per GPU decode {a.decode_tps:,.0f} tok/s, prefill {prefill_tps:,.0f} tok/s\n")
+    print(
+        f"preset {a.preset}: {cfg.round.n_prompts} prompts, K={cfg.round.k}, {cfg.round.n_anchor} anchors, "
+        f"{cfg.round.rubric_rollouts} rubric rollouts, GRPO {cfg.generator.max_steps} steps x "
+        f"{cfg.generator.per_device_train_batch_size * cfg.generator.gradient_accumulation_steps} rollouts per update"
+    )
+    print(
+        f"assumed: prompt {a.prompt_tokens}, response {a.response_tokens}, rubric {a.rubric_tokens} tokens, "
+        f"{a.items} items; per GPU decode {a.decode_tps:,.0f} tok/s, prefill {prefill_tps:,.0f} tok/s\n"
+    )
     print("| role | step | model calls | prompt tokens (unique) | generated tokens | GPU-hours |")
     print("|---|---|---:|---:|---:|---:|")
     per_role: dict[str, float] = {}
@@ -111,12 +152,17 @@ def main(argv=None) -> None:
         per_role[w.role] = per_role.get(w.role, 0) + h
         print(f"| {w.role} | {w.step} | {w.calls:,} | {w.prefill / 1e6:,.1f}M | {w.decode / 1e6:,.2f}M | {h:,.1f} |")
     t = training_hours(cfg, a)
-    print(f"| generator | GRPO forward+backward | - | {t['generator_tokens'] / 1e6:,.1f}M trained | - | "
-          f"{t['generator']:,.1f} |")
+    print(
+        f"| generator | GRPO forward+backward | - | {t['generator_tokens'] / 1e6:,.1f}M trained | - | "
+        f"{t['generator']:,.1f} |"
+    )
     print(f"| policy | GRPO forward+backward | - | {t['policy_tokens'] / 1e6:,.1f}M trained | - | {t['policy']:,.1f} |")
     total = sum(per_role.values()) + t["generator"] + t["policy"]
-    print("\nper role, inference: " + ", ".join(f"{k} {v:,.1f} GPU-h" for k, v in per_role.items())
-          + f"; training {t['generator'] + t['policy']:,.1f} GPU-h; round total {total:,.1f} GPU-h")
+    print(
+        "\nper role, inference: "
+        + ", ".join(f"{k} {v:,.1f} GPU-h" for k, v in per_role.items())
+        + f"; training {t['generator'] + t['policy']:,.1f} GPU-h; round total {total:,.1f} GPU-h"
+    )
 
 
 if __name__ == "__main__":

@@ -60,11 +60,17 @@ def check_variables(template: dict, values: dict, where: str) -> None:
     known = set(template["variables"].get("properties", {}))
     unknown = sorted({k.split(".")[0] for k in values} - known)
     if unknown:
-        raise RenderError(f"{where}: job variable(s) {unknown} not declared by the work pool's template "
-                          f"(declared: {', '.join(sorted(known))})")
+        raise RenderError(
+            f"{where}: job variable(s) {unknown} not declared by the work pool's template "
+            f"(declared: {', '.join(sorted(known))})"
+        )
     try:
-        validate({k: v for k, v in values.items() if "." not in k}, template["variables"], raise_on_error=True,
-                 ignore_required=True)
+        validate(
+            {k: v for k, v in values.items() if "." not in k},
+            template["variables"],
+            raise_on_error=True,
+            ignore_required=True,
+        )
     except ValidationError as exc:
         raise RenderError(f"{where}: {exc}") from None
 
@@ -95,9 +101,13 @@ async def validate(manifest: dict):
     lost = sorted(p for p in set(sent) - set(back) if p not in WORKER_REQUIRED_EXTRAS)
     changed = sorted(p for p in set(sent) & set(back) if sent[p] != back[p])
     if lost or changed:
-        raise RenderError("the rendered manifest does not fit the Kubernetes models: "
-                          + "; ".join([f"{p}: unknown field or wrong shape" for p in lost]
-                                      + [f"{p}: {sent[p]!r} reads back as {back[p]!r}" for p in changed]))
+        raise RenderError(
+            "the rendered manifest does not fit the Kubernetes models: "
+            + "; ".join(
+                [f"{p}: unknown field or wrong shape" for p in lost]
+                + [f"{p}: {sent[p]!r} reads back as {back[p]!r}" for p in changed]
+            )
+        )
     if job.kind != "Job" or job.api_version != "batch/v1":
         raise RenderError(f"the rendered manifest is a {job.api_version}/{job.kind}, not a batch/v1 Job")
     return job
@@ -111,16 +121,18 @@ async def render_template(template: dict, values: dict) -> dict:
     from prefect.utilities.templating import PlaceholderType, find_placeholders
     from prefect_kubernetes.worker import KubernetesWorkerJobConfiguration
 
-    server_side = sorted(p.full_match for p in find_placeholders(template["job_configuration"])
-                         if p.type in (PlaceholderType.BLOCK_DOCUMENT, PlaceholderType.VARIABLE))
+    server_side = sorted(
+        p.full_match
+        for p in find_placeholders(template["job_configuration"])
+        if p.type in (PlaceholderType.BLOCK_DOCUMENT, PlaceholderType.VARIABLE)
+    )
     if server_side:
         raise RenderError(f"the template reads {server_side} from a Prefect server: render with --deployment")
     # Given a client, the worker's resolvers use it only for block and variable references (none, checked above);
     # without one they would start a temporary Prefect server. This one is never opened.
     offline = PrefectClient("http://127.0.0.1:1/api")
     config = await KubernetesWorkerJobConfiguration.from_template_and_values(template, values, client=offline)
-    config.prepare_for_flow_run(FlowRun(id=uuid.uuid4(), name=RENDER_NAME, flow_id=uuid.uuid4(),
-                                        job_variables=values))
+    config.prepare_for_flow_run(FlowRun(id=uuid.uuid4(), name=RENDER_NAME, flow_id=uuid.uuid4(), job_variables=values))
     return config.job_manifest
 
 
@@ -142,14 +154,22 @@ async def render_deployment(name: str, values: dict) -> dict:
             raise RenderError(f"--deployment: {name!r} has no work pool")
         pool = await client.read_work_pool(deployment.work_pool_name)
         if pool.type != "kubernetes":
-            raise RenderError(f"--deployment: {name!r} is on work pool {pool.name!r} of type {pool.type!r}, "
-                              "not kubernetes")
+            raise RenderError(
+                f"--deployment: {name!r} is on work pool {pool.name!r} of type {pool.type!r}, not kubernetes"
+            )
         check_variables(pool.base_job_template, deployment.job_variables or {}, f"deployment {name}")
         check_variables(pool.base_job_template, values, "--values")
-        run = FlowRun(id=uuid.uuid4(), name=RENDER_NAME, flow_id=deployment.flow_id, deployment_id=deployment.id,
-                      work_pool_name=pool.name, job_variables=values)
+        run = FlowRun(
+            id=uuid.uuid4(),
+            name=RENDER_NAME,
+            flow_id=deployment.flow_id,
+            deployment_id=deployment.id,
+            work_pool_name=pool.name,
+            job_variables=values,
+        )
         config = await KubernetesWorkerJobConfiguration.resolve_for_flow_run(
-            run, client=client, work_pool=pool, worker_name="render-job", deployment=deployment)
+            run, client=client, work_pool=pool, worker_name="render-job", deployment=deployment
+        )
     return config.job_manifest
 
 
@@ -166,15 +186,18 @@ async def render(template_path: Path, values: dict, deployment: str | None) -> d
             manifest = await render_template(template, values)
     except ValidationError as exc:  # the worker's own checks of the job configuration and its manifest
         first = exc.errors()[0]
-        raise RenderError(f"the template does not give a valid worker configuration: "
-                          f"{'.'.join(map(str, first['loc'])) or 'job_configuration'}: {first['msg']}") from None
+        raise RenderError(
+            f"the template does not give a valid worker configuration: "
+            f"{'.'.join(map(str, first['loc'])) or 'job_configuration'}: {first['msg']}"
+        ) from None
     await validate(manifest)
     return manifest
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--template", type=Path, default=TEMPLATE, help="base job template (JSON); default: %(default)s")
     ap.add_argument("--values", default="{}", help="job variables of the run, a JSON object")
     ap.add_argument("--deployment", help="FLOW/DEPLOYMENT on the server at PREFECT_API_URL (instead of --template)")
