@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from dr_core.config import ConfigError, EngineConfig, engine_config, load_engines_config
-from dr_core.engines import EngineError, make_engine, openai_http
+from dr_core.engines import EngineError, make_engine, openai_http_transport
 from dr_core.evaluator.generate import generate_rubrics
 from dr_core.evaluator.items import Check, EvalItem, StageStats
 from dr_core.evaluator.verify import verify
@@ -141,7 +141,7 @@ def clock(monkeypatch):
             return self.now
 
     c = Clock()
-    monkeypatch.setattr(openai_http, "_clock", c)
+    monkeypatch.setattr(openai_http_transport, "_clock", c)
     return c
 
 
@@ -149,7 +149,7 @@ def clock(monkeypatch):
 def slept(monkeypatch):
     """The pauses between attempts, recorded instead of slept: an attempt spent shows here."""
     pauses: list[float] = []
-    monkeypatch.setattr(openai_http, "_sleep", pauses.append)
+    monkeypatch.setattr(openai_http_transport, "_sleep", pauses.append)
     return pauses
 
 

@@ -16,7 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from dr_core.config import EngineConfig
-from dr_core.engines import EngineError, make_engine, openai_http
+from dr_core.engines import EngineError, make_engine, openai_http_transport
 from tests.netutil import free_port
 
 CONV = [[{"role": "user", "content": "Hi"}]]
@@ -257,7 +257,7 @@ def test_prompt_too_long_is_a_completion_not_an_error():
 
 def test_backoff_is_1s_then_2s_by_default(monkeypatch):
     slept = []
-    monkeypatch.setattr(openai_http, "_sleep", slept.append)
+    monkeypatch.setattr(openai_http_transport, "_sleep", slept.append)
     with Replay(default=(500, "down")) as srv, engine(srv.url, retry_backoff_s=1.0) as eng:
         with pytest.raises(EngineError, match="after 3 attempts"):
             eng.chat(CONV)

@@ -67,16 +67,7 @@ def generate_rubrics(
         raise ValueError(f"mode must be 'dynamic' or 'static', got {mode!r}")
     if not seeds:
         raise ValueError("need at least one seed")
-    convs, keys = [], []
-    for i, item in enumerate(items):
-        for seed in seeds:
-            if mode == "dynamic":
-                perm = shuffled_order(len(item.candidates), seed, i if order_keys is None else order_keys[i])
-                convs.append(prompts.dynamic_generator_messages(item.prompt, [item.candidates[k] for k in perm]))
-            else:
-                perm = ()
-                convs.append(prompts.static_generator_messages(item.prompt))
-            keys.append((i, seed, perm))
+    convs, keys = _conversations(items, seeds, mode, order_keys)
     stats = StageStats()
     if not convs:
         return [[] for _ in items], stats
@@ -109,3 +100,20 @@ def generate_rubrics(
             )
         )
     return result, stats
+
+
+def _conversations(
+    items: Sequence[EvalItem], seeds: Sequence[int], mode: Mode, order_keys: Sequence[int] | None
+) -> tuple[list, list[tuple[int, int, tuple[int, ...]]]]:
+    """The generator's conversations, one per (item, seed), and each one's (item index, seed, candidate order)."""
+    convs, keys = [], []
+    for i, item in enumerate(items):
+        for seed in seeds:
+            if mode == "dynamic":
+                perm = shuffled_order(len(item.candidates), seed, i if order_keys is None else order_keys[i])
+                convs.append(prompts.dynamic_generator_messages(item.prompt, [item.candidates[k] for k in perm]))
+            else:
+                perm = ()
+                convs.append(prompts.static_generator_messages(item.prompt))
+            keys.append((i, seed, perm))
+    return convs, keys

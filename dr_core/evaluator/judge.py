@@ -144,43 +144,51 @@ def judge_both_orders(
         pairs = ask_logodds(judge, texts, first, second)
         if pairs is not None:
             info["judge_tie_threshold"] = threshold
-            verdicts = [
-                {
-                    "outcome": logodds_outcome(a, b, threshold),
-                    "as_a": a,
-                    "as_b": b,
-                    "d": None if a is None or b is None else (a - b) / 2,
-                }
-                for a, b in pairs
-            ]
-            sums = [(a + b) / 2 for a, b in pairs if a is not None and b is not None]
-            firsts = [x for a, b in pairs for x in (a, b) if x is not None]
-            info |= {
-                "judge_verdicts": 2 * len(pairs),
-                "judge_invalid": sum(x is None for p in pairs for x in p),
-                "judge_position_bias": (sum(sums) / len(sums)) if sums else None,
-                # the order cancels in d: no verdict is decided by position, so there is no pick rate
-                "judge_position_a_rate": None,
-                # share of verdicts whose log-odds leaned to the first-shown answer (0.5: no lean)
-                "judge_first_shown_rate": (sum(x > 0 for x in firsts) / len(firsts)) if firsts else None,
-                "judge_mean_abs_d": (sum(abs(v["d"]) for v in verdicts if v["d"] is not None) / len(sums))
-                if sums
-                else None,
-            }
-            return verdicts, info
+            verdicts, diagnostics = _logodds_verdicts(pairs, threshold)
+            return verdicts, info | diagnostics
         info |= {
             "judge_procedure": "choice",
             "judge_fallback": "the judge returned no log-probabilities: structured choice in both orders",
         }
-    pairs_c = ask_choices(judge, texts, first, second)
-    picks = [c for p in pairs_c for c in p if c is not None]
-    info |= {
-        "judge_verdicts": 2 * len(pairs_c),
-        "judge_invalid": sum(c is None for p in pairs_c for c in p),
+    verdicts, diagnostics = _choice_verdicts(ask_choices(judge, texts, first, second))
+    return verdicts, info | diagnostics
+
+
+def _logodds_verdicts(pairs: list[tuple[float | None, float | None]], threshold: float) -> tuple[list[dict], dict]:
+    """The verdicts of (l1, l2) pairs, and their diagnostics: position bias, lean to the first-shown answer,
+    mean |d|."""
+    verdicts = [
+        {
+            "outcome": logodds_outcome(a, b, threshold),
+            "as_a": a,
+            "as_b": b,
+            "d": None if a is None or b is None else (a - b) / 2,
+        }
+        for a, b in pairs
+    ]
+    sums = [(a + b) / 2 for a, b in pairs if a is not None and b is not None]
+    firsts = [x for a, b in pairs for x in (a, b) if x is not None]
+    return verdicts, {
+        "judge_verdicts": 2 * len(pairs),
+        "judge_invalid": sum(x is None for p in pairs for x in p),
+        "judge_position_bias": (sum(sums) / len(sums)) if sums else None,
+        # the order cancels in d: no verdict is decided by position, so there is no pick rate
+        "judge_position_a_rate": None,
+        # share of verdicts whose log-odds leaned to the first-shown answer (0.5: no lean)
+        "judge_first_shown_rate": (sum(x > 0 for x in firsts) / len(firsts)) if firsts else None,
+        "judge_mean_abs_d": (sum(abs(v["d"]) for v in verdicts if v["d"] is not None) / len(sums)) if sums else None,
+    }
+
+
+def _choice_verdicts(pairs: list[tuple[str | None, str | None]]) -> tuple[list[dict], dict]:
+    """The verdicts of (choice as A, choice as B) pairs, and their diagnostics: the first-shown pick rate."""
+    picks = [c for p in pairs for c in p if c is not None]
+    return [{"outcome": choice_outcome(a, b), "as_a": a, "as_b": b, "d": None} for a, b in pairs], {
+        "judge_verdicts": 2 * len(pairs),
+        "judge_invalid": sum(c is None for p in pairs for c in p),
         "judge_position_bias": None,
         # share of valid verdicts that picked the first-shown answer: 0.5 = no position bias
         "judge_position_a_rate": (sum(c == "A" for c in picks) / len(picks)) if picks else None,
         "judge_first_shown_rate": (sum(c == "A" for c in picks) / len(picks)) if picks else None,
         "judge_mean_abs_d": None,
     }
-    return [{"outcome": choice_outcome(a, b), "as_a": a, "as_b": b, "d": None} for a, b in pairs_c], info

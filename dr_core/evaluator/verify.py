@@ -83,25 +83,40 @@ def verify(
     if not unique:
         return [], stats
     before = endpoint_counts(engine)
-
-    def done(verdicts: list[int | None]) -> tuple[list[int | None], StageStats]:
-        stats.add_endpoints(endpoint_delta(before, endpoint_counts(engine)))
-        return verdicts, stats
-
     mode = verdict_mode or verdict_mode_of(engine)
     style = verifier_prompt or verifier_prompt_of(engine)
     if mode not in ("choice", *LOGODDS_MODES):
         raise ValueError(f"verdict_mode must be 'choice', 'calibrated' or 'balanced', got {mode!r}")
+    verdict = None
     if mode in LOGODDS_MODES and structured and getattr(engine, "supports_logprobs", False):
-        fixed = getattr(getattr(engine, "config", None), "verdict_bias", None)
-        bias = fixed if fixed is not None else verdict_bias(engine, stats, style, mode)
-        if bias is not None:
-            start = time.perf_counter()
-            outs = ask_logodds(engine, unique, style)
-            stats.add(outs, time.perf_counter() - start)
-            if any(o.top_logprobs is not None for o in outs):
-                verdict = {c: calibrated_verdict(first_logodds(o), bias) for c, o in zip(unique, outs)}
-                return done([verdict[c] for c in checks])
+        verdict = _calibrated_verdicts(engine, unique, stats, style, mode)
+    if verdict is None:
+        verdict = _chosen_verdicts(engine, unique, stats, style, max_tokens, structured)
+    stats.add_endpoints(endpoint_delta(before, endpoint_counts(engine)))
+    return [verdict[c] for c in checks], stats
+
+
+def _calibrated_verdicts(
+    engine: Engine, unique: list[Check], stats: StageStats, style: VerifierPrompt, mode: VerdictMode
+) -> dict[Check, int | None] | None:
+    """Each check's verdict from its yes-vs-no log-odds against the engine's bias; None (the caller falls back to
+    choices) when there is no bias or no log-probabilities came back."""
+    fixed = getattr(getattr(engine, "config", None), "verdict_bias", None)
+    bias = fixed if fixed is not None else verdict_bias(engine, stats, style, mode)
+    if bias is None:
+        return None
+    start = time.perf_counter()
+    outs = ask_logodds(engine, unique, style)
+    stats.add(outs, time.perf_counter() - start)
+    if not any(o.top_logprobs is not None for o in outs):
+        return None
+    return {c: calibrated_verdict(first_logodds(o), bias) for c, o in zip(unique, outs)}
+
+
+def _chosen_verdicts(
+    engine: Engine, unique: list[Check], stats: StageStats, style: VerifierPrompt, max_tokens: int, structured: bool
+) -> dict[Check, int | None]:
+    """Each check's verdict from the engine's yes/no answer (a structured choice unless ``structured`` is False)."""
     start = time.perf_counter()
     outs = engine.chat(
         [prompts.verifier_messages(c.prompt, c.response, c.criterion, style=style) for c in unique],
@@ -111,5 +126,4 @@ def verify(
         choices=list(prompts.VERDICT_CHOICES) if structured else None,
     )
     stats.add(outs, time.perf_counter() - start)
-    verdict = {c: parse_verdict(o.texts[0], o.finish_reasons[0]) for c, o in zip(unique, outs)}
-    return done([verdict[c] for c in checks])
+    return {c: parse_verdict(o.texts[0], o.finish_reasons[0]) for c, o in zip(unique, outs)}

@@ -124,19 +124,34 @@ def line_chart(
     if not ys or not xs:
         raise ValueError("line_chart: no data")
     y_lo, y_hi = _y_range(ys, include_zero)
-    x_lo, x_hi = xs[0], xs[-1]
+    px, py = _line_scales(xs[0], xs[-1], y_lo, y_hi)
+    out = _frame(title, x_label, y_label, y_lo, y_hi)
+    out += _bands(bands, px, py)
+    out += _x_ticks(xs, x_tick_label, px)
+    out += _markers(markers, px)
+    for i, (name, pts) in enumerate(series):
+        out += _series(i, name, pts, x_tick_label, px, py)
+    out += _legend([name for name, _ in series])
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+def _line_scales(x_lo: float, x_hi: float, y_lo: float, y_hi: float):
+    """(x value -> pixel column, y value -> pixel row) of a line chart; a single x sits in the middle."""
     if x_hi == x_lo:
         x_lo, x_hi = x_lo - 1, x_hi + 1
-    pw, ph = W - LEFT - RIGHT, H - TOP - BOTTOM
+    pw, _, py = _plot_area(y_lo, y_hi)
     pad = pw * 0.04
 
     def px(x):
         return LEFT + pad + (pw - 2 * pad) * (x - x_lo) / (x_hi - x_lo)
 
-    def py(y):
-        return TOP + ph * (1 - (y - y_lo) / (y_hi - y_lo))
+    return px, py
 
-    out = _frame(title, x_label, y_label, y_lo, y_hi)
+
+def _bands(bands: Sequence[Sequence[Band]], px, py) -> list[str]:
+    """One shaded polygon per band of at least two complete points, in its series' colour."""
+    out = []
     for i, band in enumerate(bands):
         pts = sorted((x, lo, hi) for x, lo, hi in band if lo is not None and hi is not None)
         if len(pts) > 1:
@@ -147,35 +162,52 @@ def line_chart(
                 f'<polygon points="{" ".join(edge)}" fill="{COLORS[i % len(COLORS)]}" fill-opacity="0.15" '
                 'stroke="none"/>'
             )
+    return out
+
+
+def _x_ticks(xs: Sequence[float], x_tick_label: str, px) -> list[str]:
+    """A tick and its label per x (at most 12, else evenly thinned)."""
+    ph = H - TOP - BOTTOM
+    out = []
     tick_xs = xs if len(xs) <= 12 else xs[:: math.ceil(len(xs) / 12)]
     for x in tick_xs:
         out.append(f'<line x1="{px(x):.1f}" y1="{TOP + ph}" x2="{px(x):.1f}" y2="{TOP + ph + 4}" stroke="#333"/>')
         label = x_tick_label.format(x=int(x) if float(x).is_integer() else _fmt(x))
         out.append(f'<text x="{px(x):.1f}" y="{TOP + ph + 16}" text-anchor="middle">{escape(label)}</text>')
+    return out
+
+
+def _markers(markers: Sequence[tuple[float, str]], px) -> list[str]:
+    """A dashed vertical line and its label per marker."""
+    ph = H - TOP - BOTTOM
+    out = []
     for mx, mlabel in markers:
         out.append(
             f'<line x1="{px(mx):.1f}" y1="{TOP}" x2="{px(mx):.1f}" y2="{TOP + ph}" stroke="#999" '
             f'stroke-dasharray="3 3"/>'
         )
         out.append(f'<text x="{px(mx) + 3:.1f}" y="{TOP + 10}" fill="#555">{escape(mlabel)}</text>')
-    for i, (name, pts) in enumerate(series):
-        c = COLORS[i % len(COLORS)]
-        dash = f' stroke-dasharray="{DASHES[i % len(DASHES)]}"' if DASHES[i % len(DASHES)] else ""
-        run: list[str] = []
-        for x, y in sorted(pts, key=lambda p: p[0]) + [(None, None)]:
-            if y is None:
-                if len(run) > 1:
-                    out.append(f'<polyline points="{" ".join(run)}" fill="none" stroke="{c}" stroke-width="2"{dash}/>')
-                run = []
-                continue
-            run.append(f"{px(x):.1f},{py(y):.1f}")
-            out.append(
-                f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="3.5" fill="{c}"><title>{escape(name)}: '
-                f"{escape(x_tick_label.format(x=x))} = {y:.4g}</title></circle>"
-            )
-    out += _legend([name for name, _ in series])
-    out.append("</svg>")
-    return "\n".join(out)
+    return out
+
+
+def _series(i: int, name: str, pts: Sequence[Point], x_tick_label: str, px, py) -> list[str]:
+    """Series i: a polyline per run of points with a y (None breaks it), and a circle with its value per point."""
+    c = COLORS[i % len(COLORS)]
+    dash = f' stroke-dasharray="{DASHES[i % len(DASHES)]}"' if DASHES[i % len(DASHES)] else ""
+    out: list[str] = []
+    run: list[str] = []
+    for x, y in sorted(pts, key=lambda p: p[0]) + [(None, None)]:
+        if y is None:
+            if len(run) > 1:
+                out.append(f'<polyline points="{" ".join(run)}" fill="none" stroke="{c}" stroke-width="2"{dash}/>')
+            run = []
+            continue
+        run.append(f"{px(x):.1f},{py(y):.1f}")
+        out.append(
+            f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="3.5" fill="{c}"><title>{escape(name)}: '
+            f"{escape(x_tick_label.format(x=x))} = {y:.4g}</title></circle>"
+        )
+    return out
 
 
 def bar_chart(

@@ -2,8 +2,9 @@
 
 A store is addressed by URL: a path (or ``file://`` URL) for a local directory, ``s3://bucket/prefix`` for object
 storage through s3fs. S3 endpoint, region and keys come from the environment (``AWS_ENDPOINT_URL``,
-``AWS_REGION``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``) or from an explicit ``S3Options``; they are never
-printed, logged or written into artifacts (``repr`` hides them).
+``AWS_REGION``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``) or from an explicit ``S3Options``
+(``dr_core.store.s3``, with the budget of one S3 call); they are never printed, logged or written into artifacts
+(``repr`` hides them). A store that cannot be used as asked raises ``StoreError`` (``dr_core.store.errors``).
 
 One pipeline step writes one file: ``write(table, frame, part=step, run_id=..., round=...)`` returns the file's
 URI at ``<store>/<table>/run_id=<run>/round=<round>/<step>.parquet``. Writes are atomic (local: temp file in the
@@ -21,7 +22,6 @@ import contextlib
 import hashlib
 import os
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -33,6 +33,8 @@ import pyarrow.parquet as pq
 from dr_core.hashing import update_from_file
 from dr_core.paths import cache_dir
 from dr_core.store import atomic, sql
+from dr_core.store.errors import StoreError, short_cause
+from dr_core.store.s3 import S3Options
 from dr_core.store.schemas import TABLES, conform, spec, to_arrow
 
 #: Tables whose DuckDB view matches columns by name: ``steps`` gained a column (``peak_rss_mb``), so a store holds
@@ -51,92 +53,6 @@ SHARDS_DIR = "_shards"
 def default_store_url() -> str:
     """``$DR_STORE``, else a directory in the dynamicrubric cache (``~/.cache/dynamicrubric/store``)."""
     return os.environ.get("DR_STORE") or str(cache_dir() / "store")
-
-
-class StoreError(RuntimeError):
-    """The store cannot be used as asked: one line naming the store (and the S3 endpoint) and the cause."""
-
-
-def _env_number(name: str, default: float, kind=float) -> float:
-    raw = os.environ.get(name)
-    if raw is None or not raw.strip():
-        return default
-    try:
-        value = kind(raw)
-    except ValueError:
-        raise StoreError(f"{name}={raw!r} is not a {'whole ' if kind is int else ''}number") from None
-    if value <= 0:
-        raise StoreError(f"{name}={raw!r} must be > 0")
-    return value
-
-
-@dataclass(frozen=True)
-class S3Options:
-    """Where and as whom to reach S3, and how long to wait. Secrets are excluded from ``repr`` so they never reach
-    a log line.
-
-    Budget of one S3 call: a connection must open within ``connect_timeout_s`` (``DR_S3_CONNECT_TIMEOUT``, 5 s), a
-    reply must start within ``read_timeout_s`` (``DR_S3_READ_TIMEOUT``, 10 s). A timed-out or throttled call is
-    tried ``attempts`` times in all (``DR_S3_ATTEMPTS``, 3; s3fs's back-off, 0.1 s then 0.17 s); botocore's own
-    retries are off, so the budget is not multiplied. A refused connection, a wrong key or a missing bucket is not
-    retried. Worst case for an endpoint that accepts but never answers: 3 x 10 s.
-    """
-
-    endpoint_url: str | None = None
-    region: str | None = None
-    key: str | None = field(default=None, repr=False)
-    secret: str | None = field(default=None, repr=False)
-    connect_timeout_s: float = 5.0
-    read_timeout_s: float = 10.0
-    attempts: int = 3
-
-    @classmethod
-    def from_env(cls) -> "S3Options":
-        env = os.environ.get
-        return cls(
-            endpoint_url=env("AWS_ENDPOINT_URL_S3") or env("AWS_ENDPOINT_URL"),
-            region=env("AWS_REGION") or env("AWS_DEFAULT_REGION"),
-            key=env("AWS_ACCESS_KEY_ID"),
-            secret=env("AWS_SECRET_ACCESS_KEY"),
-            connect_timeout_s=_env_number("DR_S3_CONNECT_TIMEOUT", 5.0),
-            read_timeout_s=_env_number("DR_S3_READ_TIMEOUT", 10.0),
-            attempts=int(_env_number("DR_S3_ATTEMPTS", 3, int)),
-        )
-
-    def filesystem(self):
-        import s3fs
-
-        client_kwargs = {"region_name": self.region} if self.region else {}
-        # Listings are not cached: another process (a Prefect worker) may have written since the last look.
-        fs = s3fs.S3FileSystem(
-            key=self.key,
-            secret=self.secret,
-            endpoint_url=self.endpoint_url,
-            client_kwargs=client_kwargs,
-            config_kwargs={
-                "connect_timeout": self.connect_timeout_s,
-                "read_timeout": self.read_timeout_s,
-                "retries": {"total_max_attempts": 1, "mode": "standard"},
-            },
-            use_listings_cache=False,
-            skip_instance_cache=True,
-        )
-        fs.retries = self.attempts  # s3fs's retry loop (timeouts, throttling): the one retry budget
-        return fs
-
-    @property
-    def endpoint(self) -> str:
-        return self.endpoint_url or "the AWS default endpoint"
-
-
-def _cause(exc: BaseException) -> str:
-    """A short cause for an S3 failure: the exception's type and the first line of its text."""
-    seen, e = set(), exc
-    while e.__cause__ is not None and id(e) not in seen and not str(e).strip():  # s3fs wraps; show the inner one
-        seen.add(id(e))
-        e = e.__cause__
-    text = (str(e).strip().splitlines() or [""])[0][:240]
-    return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
 
 class Store:
@@ -291,7 +207,7 @@ class Store:
         except Exception as exc:
             if self.protocol == "file":
                 raise
-            raise StoreError(f"{self._where()}: {action} failed: {_cause(exc)}") from exc
+            raise StoreError(f"{self._where()}: {action} failed: {short_cause(exc)}") from exc
 
     def _bucket_exists(self) -> bool:
         """HEAD the bucket. Unlike ``fs.exists(bucket)``, which answers False for an unreachable endpoint, this
@@ -415,7 +331,7 @@ class Store:
                     )
                 except duckdb.Error as exc:
                     raise StoreError(
-                        f"store {self.url}: table {name} cannot be read ({_cause(exc)}); a part file "
+                        f"store {self.url}: table {name} cannot be read ({short_cause(exc)}); a part file "
                         "is corrupt or not one of this table's: rewrite it (re-run its step) or "
                         "remove it"
                     ) from None
