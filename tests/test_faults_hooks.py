@@ -85,11 +85,11 @@ def test_kill_is_sigkill_of_the_process(tmp_path):
 
 
 def test_grpo_jsonl_tolerates_a_torn_last_line(tmp_path):
-    from dr_core.train.grpo import _read_jsonl
+    from dr_core.train.resume import read_jsonl
 
     path = tmp_path / "records.jsonl"
     path.write_text(json.dumps({"step": 0}) + "\n" + json.dumps({"step": 1}) + "\n" + '{"step": 2, "te')
-    assert _read_jsonl(path) == [{"step": 0}, {"step": 1}]
+    assert read_jsonl(path) == [{"step": 0}, {"step": 1}]
     path.write_text('{"step": 0, "te\n' + json.dumps({"step": 1}) + "\n")
     with pytest.raises(json.JSONDecodeError):
-        _read_jsonl(path)
+        read_jsonl(path)

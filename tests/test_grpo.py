@@ -21,7 +21,8 @@ from dr_core.scoring.equations import (
     group_advantages,
     rubric_scores,
 )
-from dr_core.train import grpo
+from dr_core.train import grpo, rewards
+from dr_core.train import trainer as grpo_trainer
 from dr_core.train.grpo import (
     GeneratorReward,
     GeneratorRow,
@@ -241,7 +242,7 @@ def test_train_generator_hands_eq_24_25_advantages_to_trl(tiny_llama_dir, tmp_pa
         h = hashlib.md5(text.encode()).digest()
         return Rubric((RubricItem(f"criterion {h[0] % 5}", 1 + h[1] % 5), RubricItem(f"other {h[2] % 3}", 2)))
 
-    monkeypatch.setattr(grpo, "parse_rollout", fake_parse)
+    monkeypatch.setattr(rewards, "parse_rollout", fake_parse)  # GeneratorReward looks it up there
     records = []
     result = grpo.train_generator(
         tiny_llama_dir,
@@ -455,7 +456,7 @@ def test_first_step_without_the_reference_forward_is_the_same_update(tiny_llama_
     rows = [PolicyRow(i, f"p{i}", q) for i, q in enumerate(["Name a fruit.", "Say hi."])]
     settings = GRPOSettings(**{**TINY, "beta": 0.5, "max_steps": 2})
     trainers = []
-    cls = grpo._grpo_trainer_class
+    cls = grpo_trainer.grpo_trainer_class
 
     def recording(skip):
         def make():
@@ -474,7 +475,7 @@ def test_first_step_without_the_reference_forward_is_the_same_update(tiny_llama_
 
     out = {}
     for skip in (True, False):
-        monkeypatch.setattr(grpo, "_grpo_trainer_class", recording(skip))
+        monkeypatch.setattr(grpo_trainer, "grpo_trainer_class", recording(skip))
         torch.manual_seed(0)
         grpo.train_policy(
             tiny_llama_dir,
@@ -501,12 +502,12 @@ def test_one_step_update_without_a_reference_model_is_the_same_update(tiny_llama
 
     rows = [PolicyRow(i, f"p{i}", q) for i, q in enumerate(["Name a fruit.", "Say hi."])]
     settings = GRPOSettings(**{**TINY, "beta": 0.5, "max_steps": 1})
-    assert grpo._effective_beta(settings) == 0.0
-    assert grpo._effective_beta(settings.model_copy(update={"max_steps": 2})) == 0.5
+    assert grpo_trainer.effective_beta(settings) == 0.0
+    assert grpo_trainer.effective_beta(settings.model_copy(update={"max_steps": 2})) == 0.5
     grpo.train_policy(
         tiny_llama_dir, rows, fake_engine(_rubric_json(("a", 1), ("e", 2))), fake_engine(), settings, tmp_path / "fast"
     )
-    cls = grpo._grpo_trainer_class
+    cls = grpo_trainer.grpo_trainer_class
 
     def with_reference():
         class T(cls()):
@@ -514,8 +515,8 @@ def test_one_step_update_without_a_reference_model_is_the_same_update(tiny_llama
 
         return T
 
-    monkeypatch.setattr(grpo, "_effective_beta", lambda s: s.beta)
-    monkeypatch.setattr(grpo, "_grpo_trainer_class", with_reference)
+    monkeypatch.setattr(grpo_trainer, "effective_beta", lambda s: s.beta)
+    monkeypatch.setattr(grpo_trainer, "grpo_trainer_class", with_reference)
     grpo.train_policy(
         tiny_llama_dir, rows, fake_engine(_rubric_json(("a", 1), ("e", 2))), fake_engine(), settings, tmp_path / "full"
     )
@@ -553,7 +554,7 @@ def test_completion_only_log_probs_equal_trls_fused_head(tiny_llama_dir, tmp_pat
         dataloader_pin_memory=False,
         temperature=0.7,
     )
-    trainer = grpo._grpo_trainer_class()(
+    trainer = grpo_trainer.grpo_trainer_class()(
         model=AutoModelForCausalLM.from_pretrained(tiny_llama_dir, dtype=torch.float32),
         args=args,
         reward_funcs=[lambda completions, **_: [0.0] * len(completions)],

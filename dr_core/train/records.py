@@ -2,7 +2,7 @@
 
 ``generator_rows`` / ``policy_rows`` build the ``dr_core.train.grpo`` dataset rows from the stored prompts, samples and
 anchors of a round. ``RolloutSink`` collects the rollout records the reward functions hand over (shapes in
-``dr_core.train.grpo``'s docstring) and turns them into rows of the rubrics, verdicts, scores, rewards and samples
+``dr_core.train.rewards``' docstring) and turns them into rows of the rubrics, verdicts, scores, rewards and samples
 tables (stage ``generator`` or ``policy``), so every training rollout can be audited with SQL.
 
 Ids: a generator rollout is (set_id = group id, rollout = step * G + rollout index); a policy reward call makes a
@@ -17,7 +17,7 @@ from collections import defaultdict
 
 from dr_core.scoring import signals
 from dr_core.scoring.equations import ADV_EPS
-from dr_core.train.grpo import GeneratorRow, PolicyRow
+from dr_core.train.rows import GeneratorRow, PolicyRow
 
 Rows = list[dict]
 
@@ -166,43 +166,8 @@ class RolloutSink:
                 }
             )
             if new_set:
-                if rec["rubric_items"] is None:
-                    rubrics.append(
-                        {
-                            **base,
-                            "generator_ckpt": self.generator,
-                            "rollout": 0,
-                            "item": None,
-                            "criterion": None,
-                            "weight": None,
-                            "error": rec["rubric_error"] or "unparseable",
-                        }
-                    )
-                else:
-                    rubrics.extend(
-                        {
-                            **base,
-                            "generator_ckpt": self.generator,
-                            "rollout": 0,
-                            "item": m,
-                            "criterion": c,
-                            "weight": w,
-                            "error": None,
-                        }
-                        for m, (c, w) in enumerate(rec["rubric_items"])
-                    )
-            verdicts.extend(
-                {
-                    **base,
-                    "rollout": 0,
-                    "item": m,
-                    "target": "C",
-                    "response": rec["rollout"],
-                    "verdict": None if v is None else bool(v),
-                    "verifier": self.verifier,
-                }
-                for m, v in enumerate(rec["verdicts"] or [])
-            )
+                rubrics.extend(self._policy_rubric(base, rec))
+            verdicts.extend(self._policy_verdicts(base, rec))
             scores.append({**base, "rollout": 0, "target": "C", "response": rec["rollout"], "score": rec["score"]})
             rewards.append(
                 {
@@ -216,6 +181,48 @@ class RolloutSink:
                 }
             )
         return {"samples": samples, "rubrics": rubrics, "verdicts": verdicts, "scores": scores, "rewards": rewards}
+
+    def _policy_rubric(self, base: dict, rec: dict) -> Rows:
+        """The rubric rows of a policy response set (from its first record): one per item, or one error row."""
+        if rec["rubric_items"] is None:
+            return [
+                {
+                    **base,
+                    "generator_ckpt": self.generator,
+                    "rollout": 0,
+                    "item": None,
+                    "criterion": None,
+                    "weight": None,
+                    "error": rec["rubric_error"] or "unparseable",
+                }
+            ]
+        return [
+            {
+                **base,
+                "generator_ckpt": self.generator,
+                "rollout": 0,
+                "item": m,
+                "criterion": c,
+                "weight": w,
+                "error": None,
+            }
+            for m, (c, w) in enumerate(rec["rubric_items"])
+        ]
+
+    def _policy_verdicts(self, base: dict, rec: dict) -> Rows:
+        """The verdict rows of one policy rollout, one per rubric item."""
+        return [
+            {
+                **base,
+                "rollout": 0,
+                "item": m,
+                "target": "C",
+                "response": rec["rollout"],
+                "verdict": None if v is None else bool(v),
+                "verifier": self.verifier,
+            }
+            for m, v in enumerate(rec["verdicts"] or [])
+        ]
 
 
 def _policy_advantages(records: list[dict]) -> list[float]:

@@ -1,0 +1,374 @@
+"""The TRL reward functions of the two GRPO updates (``dr_core.train.grpo``): the rewards of section 3.4 and the
+advantage combination of appendix D.
+
+Generator update (``GeneratorReward``): each of the ``num_generations`` (G) rollouts of a ``GeneratorRow`` is a rubric
+written from (x, C); with ``rubric_format="lines"`` its text starts with the primer ``prompts.LINES_ROLLOUT_PREFIX``
+(``rollout_prefix``), which the parse sees. The frozen verifier applies each rubric to C and to the anchor list
+(``evaluator.score_rubrics``); the rewards are R_disc (Eq. 13, on C) and R_anchor (Eq. 15, on the anchors). They are
+combined at the advantage level, Eq. 24-25:
+
+    A_i = (R_disc_i - mean_g) / (std_g + 1e-4) + lam * (R_anchor_i - mean_g) / (std_g + 1e-4)
+
+computed by ``dr_core.scoring.equations.combined_advantages`` for each whole group inside ONE reward function, which
+returns
+A_i itself as the reward, and the trainer runs with ``GRPOConfig(scale_rewards="none")``. Why that is exactly
+Eq. 24-25: in TRL 1.16 (trl/trainer/grpo_trainer.py, ``_generate_and_score_completions``, the default
+``multi_objective_aggregation="sum_then_normalize"``) the advantage is ``rewards - mean_grouped_rewards`` and the
+division by ``std_rewards + 1e-4`` is skipped when ``scale_rewards == "none"``. The group mean of A is already 0, so
+TRL hands A on unchanged (up to float32 rounding). TRL's own ``normalize_then_sum`` is not Eq. 24-25: it also
+normalises the sum over the whole batch.
+
+Rollouts that do not give a rubric: TRL generation is not grammar-constrained, so every rollout is parsed with
+``parse_rubric(text, recover=True)`` (every complete item of JSON, truncated JSON, or ``[w] criterion`` lines is
+kept; a rollout cut at ``max_completion_length`` is scored from its complete items and counted as truncated). A
+rollout with no usable item, or whose verdicts are incomplete (a verifier answer that is not yes/no), gets the
+floor rewards R_disc = 0 (its minimum) and R_anchor = the value of a rubric that separates nothing (all n anchor
+scores equal: ``anchor_reward([0] * n)`` = sum of log(1/2) weights). They are counted per reward call in the
+history (``unparseable``, ``unscorable_verdicts``) and recorded with their ``error``.
+
+Policy update (``PolicyReward``): for each group of K completions the FIXED generator G(t) (an ``Engine``) writes one
+rubric over the K completions (``prompts.dynamic_generator_messages``, structured JSON by
+``prompts.GENERATOR_JSON_SCHEMA``, parsed by ``evaluator.generate_rubrics``: strict JSON, keeping the usable items of
+a complete output), the frozen verifier checks it on each completion, and the reward is the completion's Eq. 12
+score. Advantages are TRL's default Eq. 21 (``scale_rewards="group"``). An unscorable rollout (the rubric failed, or
+one of its verdicts is missing) is counted, recorded with ``score`` None, and returned to TRL as None: TRL 1.16 turns
+it into NaN, leaves it out of the group's mean and std (nanmean/nanstd) and sets its advantage to 0 - the same as
+giving it the group mean of the scorable ones. If no rollout of a group is scorable, every advantage of the group
+is 0.
+
+Whole groups: TRL passes no group id, so each dataset row carries ``group_id`` (TRL hands extra columns to the
+reward function, one entry per completion). Every reward call checks that its completions come in whole,
+consecutive groups of ``num_generations`` with one group id each and raises ``GroupSplitError`` otherwise (with
+several processes a group can be split across them: keep per_device_train_batch_size x steps_per_generation a
+multiple of num_generations; ``GRPOSettings`` checks that up front).
+
+Rollout records handed to ``on_rollouts(records)`` once per reward call (one process's completions):
+
+- generator: ``{"group_id": int, "rollout": int (0..G-1), "step": int, "text": str, "truncated": bool,
+  "items": [(criterion, weight), ...] | None, "dropped": int, "error": str | None,
+  "verdicts_C": [[1/0/None] * M] * K | None (rows in the order of GeneratorRow.candidates),
+  "verdicts_anchor": [[1/0/None] * M] * n | None (anchor order, best first), "scores_C": [float|None] * K | None,
+  "scores_anchor": [float|None] * n | None, "r_disc": float, "r_anchor": float (floor values when unscorable),
+  "scorable": bool, "advantage": float}``
+- policy: ``{"group_id": int, "prompt_id": str, "rollout": int (0..K-1), "step": int, "text": str,
+  "rubric_text": str, "rubric_items": [(criterion, weight), ...] | None, "rubric_error": str | None,
+  "verdicts": [1/0/None] * M | None, "score": float | None}``
+
+Each reward call also appends one entry to the reward's ``history`` (the counts above, the mean reward, the seconds).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Sequence
+
+import numpy as np
+
+from dr_core import progress
+from dr_core.constants import UNSCORABLE
+from dr_core.engines.base import Engine
+from dr_core.evaluator.generate import shuffled_order
+from dr_core.evaluator.items import EvalItem, GeneratedRubric
+from dr_core.evaluator.score import evaluate_sets, score_rubrics
+from dr_core.rubric import prompts
+from dr_core.rubric.schema import Rubric, RubricError, parse_rubric
+from dr_core.scoring.equations import anchor_reward, combined_advantages
+from dr_core.train.rows import GeneratorRow, OnRollouts, PolicyRow
+from dr_core.train.settings import GRPOSettings
+
+
+class GroupSplitError(RuntimeError):
+    """A reward call got a group of rollouts that is split or incomplete: its set-level reward cannot be computed."""
+
+
+def check_whole_groups(group_ids: Sequence[int], group_size: int) -> list[int]:
+    """The group id of each consecutive block of ``group_size`` completions; raises ``GroupSplitError`` unless the
+    completions come as whole groups (each block one id)."""
+    ids = list(group_ids)
+    hint = (
+        "keep per_device_train_batch_size x steps_per_generation a multiple of num_generations, and do not shard "
+        "the dataset by hand"
+    )
+    if not ids or len(ids) % group_size:
+        raise GroupSplitError(
+            f"a reward call got {len(ids)} completions, not whole groups of {group_size} (group ids {ids}): {hint}"
+        )
+    blocks = []
+    for start in range(0, len(ids), group_size):
+        block = ids[start : start + group_size]
+        if len(set(block)) != 1:
+            raise GroupSplitError(
+                f"completions {start}..{start + group_size - 1} of a reward call mix groups {block}: a group is "
+                f"split or incomplete; {hint}"
+            )
+        blocks.append(block[0])
+    return blocks
+
+
+def anchor_floor(n: int) -> float:
+    """R_anchor of a rubric that separates nothing: every anchor score equal (Eq. 15 at S_i = S_j)."""
+    return anchor_reward([0.0] * n)
+
+
+def _completion_text(completion) -> str:
+    if isinstance(completion, str):
+        return completion
+    return "".join(m.get("content") or "" for m in completion)
+
+
+def parse_rollout(text: str) -> Rubric | RubricError:
+    """A GRPO rubric rollout (not grammar-constrained), every complete item kept."""
+    return parse_rubric(text, recover=True)
+
+
+def rollout_prefix(settings: GRPOSettings) -> str:
+    """Text every generator rollout starts with (and that its parse sees): the primer of the 'lines' format."""
+    return prompts.LINES_ROLLOUT_PREFIX if settings.rubric_format == "lines" else ""
+
+
+def _mean(values) -> float | None:
+    vals = [v for v in values if v is not None]
+    return float(np.mean(vals)) if vals else None
+
+
+def _step(trainer_state) -> int:
+    return int(getattr(trainer_state, "global_step", 0) or 0)
+
+
+def _rubric_items(rubric: Rubric | None) -> list[tuple] | None:
+    return [(it.criterion, it.weight) for it in rubric.items] if rubric else None
+
+
+class GeneratorReward:
+    """TRL reward function of the generator update: Eq. 24-25 advantages of whole groups, returned as the reward.
+
+    Call signature is TRL's: ``(prompts, completions, completion_ids, group_id, trainer_state=..., **kwargs)``.
+    """
+
+    __name__ = "dr_generator_advantage"
+
+    def __init__(
+        self,
+        rows: Sequence[GeneratorRow],
+        verifier: Engine,
+        settings: GRPOSettings,
+        on_rollouts: OnRollouts | None = None,
+        history: list[dict] | None = None,
+        eos_token_id: int | None = None,
+    ):
+        self.rows = {r.group_id: r for r in rows}
+        self.verifier, self.settings, self.on_rollouts = verifier, settings, on_rollouts
+        self.history = history if history is not None else []
+        self.eos_token_id = eos_token_id
+
+    def _truncated(self, ids) -> bool:
+        ids = list(ids) if ids is not None else []
+        return len(ids) >= self.settings.max_completion_length and (not ids or ids[-1] != self.eos_token_id)
+
+    def __call__(
+        self,
+        prompts=None,
+        completions=(),
+        completion_ids=None,
+        group_id=(),
+        trainer_state=None,
+        log_metric=None,
+        **_kwargs,
+    ) -> list[float]:
+        started = time.perf_counter()
+        g = self.settings.num_generations
+        blocks = check_whole_groups(group_id, g)
+        step = _step(trainer_state)
+        texts = [rollout_prefix(self.settings) + _completion_text(c) for c in completions]
+        ids = completion_ids if completion_ids is not None else [None] * len(texts)
+        items, gens = self._rubrics(texts, ids, blocks)
+        with progress.activity("reward verdicts", "verdicts"):
+            scored, _stats = score_rubrics(self.verifier, items, gens)
+        r_disc, r_anchor, scorable = _floored_rewards(items, scored)
+        adv = combined_advantages(r_disc, r_anchor, g, self.settings.lam)
+        records = [
+            _generator_record(s, blocks[i // g], i % g, step, r_disc[i], r_anchor[i], scorable[i], adv[i])
+            for i, (s,) in enumerate(scored)
+        ]
+        entry = self._entry(step, len(texts), len(blocks), r_disc, r_anchor, records, started)
+        _hand_on(self, entry, records, log_metric, ("r_disc_mean", "r_anchor_mean", "unparseable"))
+        return [float(a) for a in adv]
+
+    def _rubrics(self, texts: list[str], ids, blocks: list[int]) -> tuple[list[EvalItem], list[list[GeneratedRubric]]]:
+        """Each rollout parsed as a rubric (UNSCORABLE with its parse error when it gives none), and the item it is
+        scored on: its row's prompt, C and anchors."""
+        g = self.settings.num_generations
+        items, gens = [], []
+        for i, text in enumerate(texts):
+            row = self.rows[blocks[i // g]]
+            truncated = self._truncated(ids[i])
+            parsed = parse_rollout(text)
+            rubric = parsed if isinstance(parsed, Rubric) else UNSCORABLE
+            error = None if rubric is not None else str(parsed.reason.value)
+            items.append(EvalItem(row.prompt, tuple(row.candidates), tuple(row.anchors)))
+            gens.append(
+                [
+                    GeneratedRubric(
+                        item=i,
+                        seed=self.settings.seed,
+                        permutation=shuffled_order(len(row.candidates), self.settings.seed, row.group_id),
+                        text=text,
+                        finish_reason="length" if truncated else "stop",
+                        rubric=rubric,
+                        error=error,
+                        prompt_tokens=0,
+                        completion_tokens=len(ids[i]) if ids[i] is not None else 0,
+                    )
+                ]
+            )
+        return items, gens
+
+    def _entry(self, step, rollouts, groups, r_disc, r_anchor, records, started) -> dict:
+        """The reward call's history entry."""
+        lam = self.settings.lam
+        return {
+            "step": step,
+            "rollouts": rollouts,
+            "groups": groups,
+            "reward_mean": float(np.mean(np.asarray(r_disc) + lam * np.asarray(r_anchor))),
+            "r_disc_mean": float(np.mean(r_disc)),
+            "r_anchor_mean": float(np.mean(r_anchor)),
+            "unparseable": sum(r["items"] is None for r in records),
+            "unscorable_verdicts": sum(r["items"] is not None and not r["scorable"] for r in records),
+            "truncated": sum(r["truncated"] for r in records),
+            "dropped_items": sum(r["dropped"] for r in records),
+            "verdicts": sum(
+                len(r["items"] or ()) * (len(r["scores_C"] or ()) + len(r["scores_anchor"] or ())) for r in records
+            ),
+            "reward_seconds": round(time.perf_counter() - started, 2),
+        }
+
+
+def _floored_rewards(items: list[EvalItem], scored) -> tuple[list[float], list[float], list[bool]]:
+    """R_disc, R_anchor and scorable per rollout; an unscorable rollout gets the floor rewards."""
+    r_disc, r_anchor, scorable = [], [], []
+    for item, (s,) in zip(items, scored):
+        ok = s.r_disc is not UNSCORABLE and s.r_anchor is not UNSCORABLE
+        scorable.append(ok)
+        r_disc.append(s.r_disc if ok else 0.0)
+        r_anchor.append(s.r_anchor if ok else anchor_floor(len(item.anchors)))
+    return r_disc, r_anchor, scorable
+
+
+def _generator_record(s, group_id: int, rollout: int, step: int, r_disc, r_anchor, scorable: bool, adv) -> dict:
+    """The rollout record of one scored generator rollout (shape in the module docstring)."""
+    gen = s.generation
+    return {
+        "group_id": group_id,
+        "rollout": rollout,
+        "step": step,
+        "text": gen.text,
+        "truncated": gen.finish_reason == "length",
+        "items": _rubric_items(gen.rubric),
+        "dropped": gen.dropped,
+        "error": gen.error or (None if scorable else "; ".join(s.unscorable)),
+        "verdicts_C": s.verdicts,
+        "verdicts_anchor": s.anchor_verdicts,
+        "scores_C": s.scores,
+        "scores_anchor": s.anchor_scores,
+        "r_disc": float(r_disc),
+        "r_anchor": float(r_anchor),
+        "scorable": scorable,
+        "advantage": float(adv),
+    }
+
+
+def _hand_on(reward, entry: dict, records: list[dict], log_metric, metrics: Sequence[str]) -> None:
+    """Append the history entry, log its ``metrics`` to TRL (as ``dr/<key>``) and hand the records on."""
+    reward.history.append(entry)
+    if log_metric is not None:
+        for key in metrics:
+            log_metric(f"dr/{key}", float(entry[key]))
+    if reward.on_rollouts is not None:
+        reward.on_rollouts(records)
+
+
+class PolicyReward:
+    """TRL reward function of the policy update: each completion's Eq. 12 score under the rubric the fixed G(t)
+    writes for its group; None (TRL: zero advantage) when unscorable."""
+
+    __name__ = "dr_policy_score"
+
+    def __init__(
+        self,
+        rows: Sequence[PolicyRow],
+        generator: Engine,
+        verifier: Engine,
+        settings: GRPOSettings,
+        on_rollouts: OnRollouts | None = None,
+        history: list[dict] | None = None,
+    ):
+        self.rows = {r.group_id: r for r in rows}
+        self.generator, self.verifier, self.settings, self.on_rollouts = generator, verifier, settings, on_rollouts
+        self.history = history if history is not None else []
+
+    def __call__(
+        self,
+        prompts=None,
+        completions=(),
+        completion_ids=None,
+        group_id=(),
+        trainer_state=None,
+        log_metric=None,
+        **_kwargs,
+    ) -> list[float | None]:
+        started = time.perf_counter()
+        k = self.settings.num_generations
+        blocks = check_whole_groups(group_id, k)
+        step = _step(trainer_state)
+        texts = [_completion_text(c) for c in completions]
+        items = [EvalItem(self.rows[gid].prompt, tuple(texts[b * k : (b + 1) * k])) for b, gid in enumerate(blocks)]
+        with progress.activity("reward rubrics and verdicts", "requests"):
+            ev = evaluate_sets(
+                self.generator,
+                self.verifier,
+                items,
+                [self.settings.seed + step],
+                temperature=self.settings.rubric_temperature,
+                max_tokens=self.settings.rubric_max_tokens,
+                structured=True,
+            )
+        rewards, records = self._scores(blocks, ev.results, texts, step)
+        entry = {
+            "step": step,
+            "rollouts": len(texts),
+            "groups": len(blocks),
+            "reward_mean": _mean(rewards),
+            "scorable": sum(r is not None for r in rewards),
+            "unscorable": sum(r is None for r in rewards),
+            "rubric_failed_groups": sum(s.generation.rubric is None for (s,) in ev.results),
+            "reward_seconds": round(time.perf_counter() - started, 2),
+        }
+        _hand_on(self, entry, records, log_metric, ("unscorable",))
+        return rewards
+
+    def _scores(self, blocks: list[int], results, texts: list[str], step: int) -> tuple[list, list[dict]]:
+        """Each completion's Eq. 12 score (UNSCORABLE when it has none) and its rollout record, group by group."""
+        k = self.settings.num_generations
+        rewards: list[float | None] = []
+        records = []
+        for b, (gid, (s,)) in enumerate(zip(blocks, results)):
+            gen = s.generation
+            for r in range(k):
+                score = s.scores[r] if s.scores is not None else UNSCORABLE
+                rewards.append(score)
+                records.append(
+                    {
+                        "group_id": gid,
+                        "prompt_id": self.rows[gid].prompt_id,
+                        "rollout": r,
+                        "step": step,
+                        "text": texts[b * k + r],
+                        "rubric_text": gen.text,
+                        "rubric_items": _rubric_items(gen.rubric),
+                        "rubric_error": gen.error,
+                        "verdicts": s.verdicts[r] if s.verdicts is not None else None,
+                        "score": score,
+                    }
+                )
+        return rewards, records

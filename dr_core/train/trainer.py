@@ -1,0 +1,259 @@
+"""The TRL side of one GRPO update (``dr_core.train.grpo``): the model and its LoRA config, the ``GRPOConfig``, the
+callbacks, and ``RecordingGRPOTrainer``, TRL 1.16's ``GRPOTrainer`` with three changes that leave the update the same:
+it keeps the advantages TRL computed (``dr_advantages``, for checks and tests), it skips the reference model's forward
+pass at the first optimiser step of a fresh run (``dr_skip_ref_at_start``: the policy still is the reference there,
+so the KL term and its gradient are 0), and on one process it scores only the completion positions
+(``dr_core.train.logprobs``). A one-step update gets beta = 0 and no reference model at all (``effective_beta``).
+
+Float32 master weights always: with bf16 the trainer runs mixed precision (autocast). On CPU: bf16 mixed precision
+where the CPU has bf16 instructions, float32 elsewhere (``GRPOSettings.bf16`` 'auto', dr_core/numerics.py),
+``OMP_NUM_THREADS=1``, ``use_vllm=False`` (TRL's vLLM modes need CUDA here; ``dr_core.train.rollouts`` has its own);
+several CPU processes (DeepSpeed tests) get ``ddp_backend="gloo"``, which accelerate does not pick by itself.
+Multi-GPU: ``accelerate launch --config_file infra/accelerate/zero2.yaml -m dr_core.train.launch ...``.
+
+TRL, transformers and torch are imported inside the functions: importing this module loads none of them.
+
+    python -c "from dr_core.train.trainer import effective_beta; help(effective_beta)"
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from dr_core import faults, progress
+from dr_core.train import logprobs, lora
+from dr_core.train.settings import GRPOSettings
+
+
+def cpu_deepspeed_without_gpu() -> None:
+    """Without a GPU, tell DeepSpeed (imported by TRL) to use the CPU before it is imported: it would warn it "was
+    unable to detect" a GPU."""
+    import torch
+
+    if not torch.cuda.is_available():
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+
+
+def load_tokenizer(base_checkpoint: str | Path):
+    """The base checkpoint's tokenizer, padding with its EOS token where it has no pad token."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(base_checkpoint))
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_model(base_checkpoint: str | Path, settings: GRPOSettings):
+    """The model to train, in float32, and its LoRA config (None without LoRA)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    # float32 master weights always: with bf16 the trainer runs mixed precision (autocast), so AdamW's small updates
+    # (lr 1e-6 moves a weight by about 1e-6, far below bf16's resolution of 2**-8 relative) are not rounded away
+    model = AutoModelForCausalLM.from_pretrained(str(base_checkpoint), dtype=torch.float32)
+    peft_config = None
+    if settings.use_lora:
+        from peft import LoraConfig
+
+        if lora.bf16_base_fits(settings, torch.cuda.is_available()):
+            lora.bf16_linears(model)  # frozen linear weights in bf16: what autocast computes with anyway
+
+        peft_config = LoraConfig(
+            r=settings.lora_r, lora_alpha=settings.lora_alpha, target_modules="all-linear", task_type="CAUSAL_LM"
+        )
+    return model, peft_config
+
+
+def grpo_config(settings: GRPOSettings, checkpoints_dir: Path, scale_rewards: str):
+    """TRL's ``GRPOConfig`` of the update: checkpoints to ``checkpoints_dir``, rewards scaled as ``scale_rewards``."""
+    import torch
+    from trl import GRPOConfig
+
+    return GRPOConfig(
+        output_dir=str(checkpoints_dir),
+        learning_rate=settings.learning_rate,
+        beta=effective_beta(settings),
+        num_generations=settings.num_generations,
+        max_completion_length=settings.max_completion_length,
+        per_device_train_batch_size=settings.per_device_train_batch_size,
+        gradient_accumulation_steps=settings.gradient_accumulation_steps,
+        steps_per_generation=settings.steps_per_generation,
+        max_steps=settings.max_steps,
+        temperature=settings.temperature,
+        seed=settings.seed,
+        save_strategy="steps",
+        save_steps=settings.save_steps,
+        save_total_limit=settings.save_total_limit,
+        logging_steps=settings.logging_steps,
+        bf16=settings.bf16,
+        fp16=False,
+        gradient_checkpointing=settings.gradient_checkpointing,
+        # transformers accepts bf16 without a GPU only with use_cpu; accelerate then autocasts the CPU to bf16
+        use_cpu=settings.bf16 and not torch.cuda.is_available(),
+        deepspeed=settings.deepspeed,
+        scale_rewards=scale_rewards,
+        use_vllm=False,
+        # several processes without CUDA (DeepSpeed on CPU): accelerate finds no backend by itself
+        ddp_backend="gloo" if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available() else None,
+        report_to="none",
+        disable_tqdm=True,
+        dataloader_pin_memory=torch.cuda.is_available(),  # pinning without an accelerator only warns
+    )
+
+
+def build_trainer(model, reward, args, dataset_rows: list[dict], tokenizer, peft_config, settings, rollouts):
+    """The ``RecordingGRPOTrainer`` of the update, with the fault and progress callbacks; ``rollouts``: TRL's
+    ``rollout_func`` (None: TRL generates)."""
+    from datasets import Dataset
+
+    trainer = grpo_trainer_class()(
+        model=model,
+        reward_funcs=[reward],
+        args=args,
+        train_dataset=Dataset.from_list(dataset_rows),
+        processing_class=tokenizer,
+        peft_config=peft_config,
+        callbacks=[fault_callback(), progress_callback(settings.max_steps)],
+        rollout_func=rollouts,
+    )
+    if not progress.verbose():
+        from transformers.trainer_callback import PrinterCallback
+
+        trainer.remove_callback(PrinterCallback)  # it prints every log dict to stdout
+    trainer.dr_advantages = []
+    return trainer
+
+
+def fault_callback():
+    """A TRL/transformers callback with the ``grpo-step`` fault point (``dr_core.faults``) at the end of every
+    optimiser step, before that step's checkpoint is saved: a fault there strikes between two checkpoints."""
+    from transformers import TrainerCallback
+
+    class FaultPoint(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            faults.fault_point("grpo-step")  # DR_FAULT hook (dr_core/faults.py)
+
+    return FaultPoint()
+
+
+def progress_callback(max_steps: int):
+    """A TRL/transformers callback that counts optimiser steps in ``dr_core.progress`` (the CLI's bar)."""
+    from transformers import TrainerCallback
+
+    class StepProgress(TrainerCallback):
+        work = None
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            self.work = progress.Work("GRPO steps", max_steps, "steps")
+            if state.global_step:
+                self.work.advance(state.global_step)
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if self.work is not None:
+                self.work.advance(1)
+
+        def on_train_end(self, args, state, control, **kwargs):
+            if self.work is not None:
+                self.work.close()
+                self.work = None
+
+    return StepProgress()
+
+
+def effective_beta(settings: GRPOSettings) -> float:
+    """The KL coefficient given to TRL. A one-step update (one generation per step) never leaves the reference
+    model: the KL term (k3 estimator) and its gradient are 0 at that step, so beta = 0 is the same update and TRL
+    then loads no reference model (its memory and its forward pass saved). Otherwise the settings' beta; the first
+    step of a longer update still skips the reference forward (``dr_skip_ref_at_start``)."""
+    one_step = settings.max_steps == 1
+    return (
+        0.0
+        if one_step and one_generation_per_step(settings.steps_per_generation, settings.gradient_accumulation_steps)
+        else settings.beta
+    )
+
+
+def one_generation_per_step(steps_per_generation: int | None, gradient_accumulation_steps: int) -> bool:
+    """True when every completion generated is trained on within its own optimiser step (TRL generates once per
+    ``steps_per_generation`` micro-steps; None means once per step)."""
+    return (steps_per_generation or gradient_accumulation_steps) == gradient_accumulation_steps
+
+
+class _Recording:
+    """What ``RecordingGRPOTrainer`` adds to TRL's ``GRPOTrainer`` (a mixin placed before it, so ``super()`` is
+    ``GRPOTrainer``); defined here, without TRL, so that importing this module does not load it."""
+
+    dr_advantages: list[list[float]]
+
+    dr_skip_ref_at_start = True
+    dr_ref_forwards_skipped = 0
+
+    def _reference_is_policy(self) -> bool:
+        """True while the policy still has the reference's weights (the first optimiser step of a fresh run)
+        and every completion generated now is trained on within this step (one generation per step)."""
+        a = self.args
+        return (
+            self.dr_skip_ref_at_start
+            and self.state.global_step == 0
+            and self.beta != 0.0
+            and self.num_iterations == 1
+            and one_generation_per_step(a.steps_per_generation, a.gradient_accumulation_steps)
+        )
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        # At the first step the policy IS the reference, so the KL term (k3 estimator) and its gradient are
+        # exactly 0 there: training with beta = 0 for that step is the same update, without the reference
+        # model's forward pass over every prompt and completion.
+        if not self._reference_is_policy():
+            return super().training_step(model, inputs, num_items_in_batch)
+        beta, self.beta = self.beta, 0.0
+        self._dr_beta_held = True
+        try:
+            return super().training_step(model, inputs, num_items_in_batch)
+        finally:
+            self.beta, self._dr_beta_held = beta, False
+
+    def _get_per_token_logps_and_entropies(
+        self,
+        model,
+        input_ids,
+        attention_mask,
+        logits_to_keep,
+        batch_size=None,
+        compute_entropy=False,
+        compute_aux_loss=False,
+        **multimodal,
+    ):
+        if not logprobs.completion_only_head(self, input_ids, compute_aux_loss, multimodal):
+            return super()._get_per_token_logps_and_entropies(
+                model,
+                input_ids,
+                attention_mask,
+                logits_to_keep,
+                batch_size=batch_size,
+                compute_entropy=compute_entropy,
+                compute_aux_loss=compute_aux_loss,
+                **multimodal,
+            )
+        return logprobs.completion_logps(
+            self, model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy
+        )
+
+    def _generate_and_score_completions(self, inputs):
+        if getattr(self, "_dr_beta_held", False):
+            self.dr_ref_forwards_skipped += 1
+        output = super()._generate_and_score_completions(inputs)
+        self.dr_advantages.append(output["advantages"].detach().float().cpu().reshape(-1).tolist())
+        return output
+
+
+def grpo_trainer_class():
+    """``RecordingGRPOTrainer``: TRL's ``GRPOTrainer`` with the changes of ``_Recording`` (module docstring)."""
+    from trl import GRPOTrainer
+
+    class RecordingGRPOTrainer(_Recording, GRPOTrainer):
+        """GRPOTrainer that keeps the advantages TRL computed (this process's slice), for checks and tests."""
+
+    return RecordingGRPOTrainer
