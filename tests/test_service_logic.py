@@ -11,6 +11,7 @@ from datetime import datetime, timezone
 import pytest
 
 from dr_core.service import clients
+from dr_core.service.answers import answer_batch
 from dr_core.service.batcher import Batcher, Unavailable
 from dr_core.service.groups import GroupCollector, GroupIncomplete, TooManyGroups
 from dr_core.service.ledger import Ledger
@@ -182,10 +183,17 @@ def _scored(keys=("set:a",)):
     return score_jobs(_engine(), _engine(), jobs)
 
 
+def _commit(led: Ledger, scored, generator: str, verifier: str) -> dict:
+    """As the worker does: the answers first (the commit record stores them), then the commit."""
+    answered = answer_batch(led.run_id, scored)
+    led.commit(scored, answered, generator, verifier)
+    return answered
+
+
 def test_commit_writes_lineage_then_requests_and_a_new_ledger_replays(tmp_path):
     store = Store.from_url(str(tmp_path / "st"))
     led = Ledger(store, "svc").open()
-    answered = led.commit(_scored(), "gen-model", "ver-model")
+    answered = _commit(led, _scored(), "gen-model", "ver-model")
     assert set(answered) == {"a"} and led.get("a").answer == answered["a"]
     for t in ("samples", "rubrics", "verdicts", "scores", "rewards", "requests"):
         assert len(store.parts(t, run_id="svc", round=0)) == 1, t
@@ -196,10 +204,10 @@ def test_commit_writes_lineage_then_requests_and_a_new_ledger_replays(tmp_path):
 def test_open_sweeps_batches_that_never_committed(tmp_path, monkeypatch):
     store = Store.from_url(str(tmp_path / "st"))
     led = Ledger(store, "svc").open()
-    led.commit(_scored(("set:a",)), "g", "v")
+    _commit(led, _scored(("set:a",)), "g", "v")
     monkeypatch.setenv("DR_FAULT", "enospc@store-write:requests")
     with pytest.raises(StoreError, match="No space left"):
-        led.commit(_scored(("set:b",)), "g", "v")
+        _commit(led, _scored(("set:b",)), "g", "v")
     monkeypatch.delenv("DR_FAULT")
     # the failed commit removed what it wrote; an orphan left by a killed process is swept at the next open
     assert len(store.parts("samples", run_id="svc", round=0)) == 1 and led.get("b") is None
@@ -255,5 +263,36 @@ def test_the_clients_load_only_httpx():
     loaded = set(
         subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     )
-    assert {m for m in loaded if m.startswith("dr_core.")} == {"dr_core.service", "dr_core.service.clients"}
+    # clients.fill_unscorable is the service's answers.fill_unscorable: a module of the standard library only
+    assert {m for m in loaded if m.startswith("dr_core.")} == {
+        "dr_core.service",
+        "dr_core.service.clients",
+        "dr_core.service.answers",
+    }
     assert not loaded & {"torch", "trl", "vllm", "pydantic", "numpy", "fastapi", "pyarrow"}
+
+
+def test_the_client_file_alone_fills_unscorable_rewards_as_the_service_does(tmp_path):
+    """verl loads dr_core/service/clients.py by path on a trainer machine that may not have dr_core: the file
+    alone imports (httpx only) and its fallback ``fill_unscorable`` gives the service's answers."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from dr_core.service.answers import fill_unscorable
+
+    alone = tmp_path / "clients.py"
+    shutil.copy(Path(__file__).resolve().parents[1] / "dr_core" / "service" / "clients.py", alone)
+    cases = [[1.0, None, 0.5], [None, None], [0.25], []]
+    code = (
+        "import importlib.util, json, sys\n"
+        "sys.modules['dr_core'] = None  # a trainer machine without the package: importing it fails\n"
+        f"spec = importlib.util.spec_from_file_location('c', {str(alone)!r})\n"
+        "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+        "assert not any(k.startswith('dr_core.') for k in sys.modules)\n"
+        f"print(json.dumps([m.fill_unscorable(c) for c in {cases!r}]))"
+    )
+    out = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == [list(map(list, fill_unscorable(c))) for c in cases]

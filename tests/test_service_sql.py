@@ -8,6 +8,7 @@ from datetime import datetime, timezone
 
 import pytest
 
+from dr_core.service.answers import answer_batch
 from dr_core.service.ledger import Ledger
 from dr_core.service.scoring import Member, SetJob, score_jobs
 from dr_core.store import sql
@@ -43,7 +44,9 @@ def test_why_reward_lists_items_verdicts_and_scores_of_one_request(tmp_path):
         [Member(f"g-{k}", "rewards", "fp", _now(), k, "g") for k in range(3)],
     )
     whole = SetJob("set:s", "Say hi.", ("hi", "hello there"), 1, 0, [Member("s-1", "score-set", "fp", _now())])
-    answers = led.commit(score_jobs(eng, eng, [group, whole]), "gen", "ver")
+    scored = score_jobs(eng, eng, [group, whole])
+    answers = answer_batch("service", scored)
+    led.commit(scored, answers, "gen", "ver")
     con = store.connect()
 
     rows = sql.run(con, "why_reward", {"request_id": "g-1"}).to_pylist()

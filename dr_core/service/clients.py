@@ -27,7 +27,10 @@ Retries: a refused or dropped connection and a 503 (engines loading or failing, 
 back-off (``attempts``, default 5: 1, 2, 4, 8 s); the same request id is sent each time, so a retry after a
 service restart is answered once. A 4xx is a bug in the caller's data: ``RewardServiceError`` at once.
 
-httpx only: no torch, no TRL import.
+httpx only: no torch, no TRL import. ``fill_unscorable`` is the service's own (``dr_core.service.answers``, which
+imports nothing but the standard library). A trainer that loads this file by path without the package installed
+(verl's ``custom_reward_function.path``) gets the same rule from the copy below, which
+tests/test_service_logic.py checks against the service's.
 """
 
 from __future__ import annotations
@@ -40,6 +43,17 @@ import time
 from typing import Any, Sequence
 
 import httpx
+
+try:
+    from dr_core.service.answers import fill_unscorable
+except ImportError:  # this file alone on a trainer machine: the service's rule, kept equal by a test
+
+    def fill_unscorable(rewards: Sequence[float | None]) -> tuple[list[float], list[float]]:
+        """An unscorable reward becomes its set's mean scorable reward (0.0 when none is); 1.0/0.0 flags."""
+        mates = [r for r in rewards if r is not None]
+        fill = sum(mates) / len(mates) if mates else 0.0
+        return [fill if r is None else r for r in rewards], [float(r is None) for r in rewards]
+
 
 RETRY_STATUS = (502, 503)
 
@@ -239,16 +253,8 @@ def _verl_prompt(extra_info: dict | None, solution_str: str) -> str:
     return prompt
 
 
-def fill_unscorable(rewards: Sequence[float | None]) -> tuple[list[float], list[float]]:
-    """For trainers that need a number for every member (OpenRLHF, verl): an unscorable reward becomes its set's
-    mean scorable reward (no advantage after group normalisation; 0.0 when none is scorable). Returns the filled
-    rewards and a 1.0/0.0 unscorable flag per member, so the fill is never hidden."""
-    mates = [r for r in rewards if r is not None]
-    fill = sum(mates) / len(mates) if mates else 0.0
-    return [fill if r is None else r for r in rewards], [float(r is None) for r in rewards]
-
-
 def _fill(rewards: list[float | None]) -> list[dict]:
+    """verl's reward dicts: an unscorable response gets its set's mean (``fill_unscorable``), flagged."""
     filled, flags = fill_unscorable(rewards)
     return [{"score": f, "dr_unscorable": u} for f, u in zip(filled, flags)]
 

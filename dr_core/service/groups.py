@@ -1,4 +1,6 @@
-"""Per-sample requests held until their group is complete (``/v1/rewards``; ``/get_reward`` groups by prompt).
+"""Stage "queue", first half: per-sample requests held until their group is complete (``/v1/rewards``;
+``/get_reward`` groups by prompt). The intake joins members; ``submit_group`` puts a complete group on the queue
+(``batcher``) as one set.
 
 RL trainers send one sample per request; DynamicRubric scores a response *set*. A ``GroupCollector`` keeps each
 open group's members (by request id) and, when the last one arrives, hands the whole set to ``on_complete`` once.
@@ -16,26 +18,16 @@ Runs on the event loop (asyncio, no locks): ``join`` must be called from the loo
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
-from typing import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field, replace
+from functools import partial
+from typing import TYPE_CHECKING, Callable
 
-from dr_core.service.requests import BadRequest
-from dr_core.service.scoring import Member
+from dr_core.service.errors import BadRequest, GroupIncomplete, TooManyGroups, Unavailable
+from dr_core.service.scoring import Member, SetJob
 
-
-class GroupIncomplete(RuntimeError):
-    """A group whose last member did not arrive in time (504)."""
-
-    def __init__(self, group_id: str, have: int, size: int, timeout_s: float):
-        super().__init__(
-            f"group {group_id!r} has {have} of {size} members after {timeout_s:g} s "
-            "(--group-timeout); no reward was computed for any of them"
-        )
-        self.group_id, self.have, self.size = group_id, have, size
-
-
-class TooManyGroups(RuntimeError):
-    pass
+if TYPE_CHECKING:
+    from dr_core.service.metrics import Metrics
 
 
 @dataclass
@@ -119,3 +111,40 @@ class GroupCollector:
                 g.future.set_exception(GroupIncomplete(g.group_id, len(g.members), g.size, 0))
                 g.future.exception()
         self.open.clear()
+
+
+def submit_group(g: OpenGroup, *, submit: Callable[[SetJob], Future], rollouts: int) -> None:
+    """A complete group on to the queue as one set (``submit``: ``Batcher.submit``); the set's answers, or its error,
+    resolve ``g.future`` on the event loop. The collector's ``on_complete``, bound with ``functools.partial``."""
+    responses, members = [], []
+    for k, (resp, m) in enumerate(g.members.values()):
+        responses.append(resp)
+        members.append(replace(m, index=k))
+    job = SetJob(f"group:{g.group_id}", g.prompt, tuple(responses), rollouts, 0, members)
+    try:
+        answered = submit(job)
+    except Unavailable as exc:
+        g.future.set_exception(exc)
+        g.future.exception()
+        return
+    # resolved on the worker thread: the group's future is settled on the loop's
+    answered.add_done_callback(partial(_settle_on, asyncio.get_running_loop(), g.future))
+
+
+def _settle_on(loop: asyncio.AbstractEventLoop, target: asyncio.Future, done: Future) -> None:
+    loop.call_soon_threadsafe(_settle, target, done)
+
+
+def _settle(target: asyncio.Future, done: Future) -> None:
+    if target.done():
+        return
+    if done.exception() is not None:
+        target.set_exception(done.exception())
+        target.exception()
+    else:
+        target.set_result(done.result())
+
+
+def count_timeout(metrics: Metrics, _g: OpenGroup) -> None:
+    """The collector's ``on_timeout`` in the service (bound with ``functools.partial``)."""
+    metrics.inc("dr_group_timeouts_total")

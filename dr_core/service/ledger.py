@@ -1,4 +1,7 @@
-"""What the service has answered, by request id, kept in the store so a retry is answered once.
+"""Stage "commit", the last: a scored batch and its answers persisted, and what the service has answered, by request
+id, so a retry is answered once. The worker (``batcher``) calls ``Ledger.commit`` with the scored sets
+(``scoring``) and their answers (``answers``); the ledger makes the rows and writes them, and stores each answer as
+it is given (it makes no answer). The intake reads ``get`` (replays) and ``group_scored``.
 
 Commit protocol of a batch (``commit``): its rows go to ``samples``, ``rubrics``, ``verdicts``, ``scores`` and
 ``rewards`` as one part file each, named by the batch; the ``requests`` part of the same name is written last and
@@ -11,16 +14,25 @@ One service process per run id: the sweep would remove another live writer's par
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
+import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
-from dr_core.service.scoring import ROUND, ScoredSet, answers, lineage_rows, request_rows
+from dr_core.constants import UNSCORABLE
 from dr_core.store.artifacts import Store
 
+if TYPE_CHECKING:
+    from dr_core.evaluator.items import ScoredRubric
+    from dr_core.service.metrics import Metrics
+    from dr_core.service.scoring import ScoredSet
+
+STAGE = "service"
+ROUND = 0
 LINEAGE_TABLES = ("samples", "rubrics", "verdicts", "scores", "rewards")
 COMMIT_TABLE = "requests"
 
@@ -35,10 +47,11 @@ class Answered:
 
 
 class Ledger:
-    """Answers by request id, and the group ids already scored. Thread-safe."""
+    """Answers by request id, and the group ids already scored. Thread-safe. ``metrics``: the seconds each commit
+    spends writing are counted (``dr_stage_seconds_total``, stage ``store``)."""
 
-    def __init__(self, store: Store, run_id: str, log: Log = lambda _m: None):
-        self.store, self.run_id, self.log = store, run_id, log
+    def __init__(self, store: Store, run_id: str, log: Log = lambda _m: None, metrics: Metrics | None = None):
+        self.store, self.run_id, self.log, self.metrics = store, run_id, log, metrics
         self._answers: dict[str, Answered] = {}
         self._groups: set[str] = set()
         self._lock = threading.Lock()
@@ -81,13 +94,26 @@ class Ledger:
         return len(self._answers)
 
     # -- commit -----------------------------------------------------------------------------------------------
-    def commit(self, scored: Sequence[ScoredSet], generator: str, verifier: str) -> dict[str, dict]:
-        """Write a batch (lineage parts, then its ``requests`` part) and record its answers; returns them.
-        A failed write removes what this batch wrote and raises (nothing is answered)."""
+    def commit(self, scored: Sequence[ScoredSet], answered: dict[str, dict], generator: str, verifier: str) -> None:
+        """Write a batch (lineage parts, then its ``requests`` part) and record ``answered`` ({request id: answer},
+        one per member). A failed write removes what this batch wrote and raises (nothing is recorded)."""
         batch = f"b{datetime.now(timezone.utc):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:10]}"
-        answered: dict[str, dict] = {}
-        for s in scored:
-            answered.update(answers(self.run_id, s))
+        started = time.perf_counter()
+        try:
+            self._write(batch, scored, answered, generator, verifier)
+        finally:
+            if self.metrics is not None:
+                self.metrics.inc("dr_stage_seconds_total", time.perf_counter() - started, stage="store")
+        fp = {m.request_id: (m.fingerprint, m.group_id) for s in scored for m in s.job.members}
+        with self._lock:
+            for rid, ans in answered.items():
+                self._answers[rid] = Answered(ans, *fp[rid])
+                if fp[rid][1] is not None:
+                    self._groups.add(fp[rid][1])
+
+    def _write(
+        self, batch: str, scored: Sequence[ScoredSet], answered: dict[str, dict], generator: str, verifier: str
+    ) -> None:
         keys = {"run_id": self.run_id, "round": ROUND}
         written: list[str] = []
         try:
@@ -102,13 +128,85 @@ class Ledger:
                 except Exception:  # the start-up sweep removes it later
                     pass
             raise
-        fp = {m.request_id: (m.fingerprint, m.group_id) for s in scored for m in s.job.members}
-        with self._lock:
-            for rid, ans in answered.items():
-                self._answers[rid] = Answered(ans, *fp[rid])
-                if fp[rid][1] is not None:
-                    self._groups.add(fp[rid][1])
-        return answered
+
+
+# -- the rows of a batch -----------------------------------------------------------------------------------------------
+
+
+def prompt_id(prompt: str) -> str:
+    """The stored id of a prompt (``samples.prompt_id``; the intake names OpenRLHF groups by it too)."""
+    return "p" + hashlib.sha256(prompt.encode()).hexdigest()[:16]
+
+
+def lineage_rows(run_id: str, scored: Sequence[ScoredSet], generator: str, verifier: str) -> dict[str, list[dict]]:
+    """Rows of samples, rubrics, verdicts, scores and rewards for a batch (the pipeline's tables, stage
+    ``service``; set_id from the set key). The ``requests`` rows come from ``request_rows``."""
+    rows: dict[str, list[dict]] = {t: [] for t in LINEAGE_TABLES}
+    for s in scored:
+        keyed = {"run_id": run_id, "round": ROUND, "stage": STAGE, "set_id": s.job.set_id}
+        pid = prompt_id(s.job.prompt)
+        for k, text in enumerate(s.job.responses):
+            rows["samples"].append(
+                {**keyed, "prompt_id": pid, "response_idx": k, "policy_ckpt": "external", "response": text}
+            )
+        for rollout, r in enumerate(s.rubrics):
+            _rollout_rows(rows, {**keyed, "rollout": rollout}, r, len(s.job.responses), generator, verifier)
+    return rows
+
+
+def _rollout_rows(
+    rows: dict[str, list[dict]], keyed: dict, r: ScoredRubric, n_responses: int, generator: str, verifier: str
+) -> None:
+    """One rollout's rubric items (one row with the error when it has no rubric), verdicts, scores and R_disc."""
+    g = r.generation
+    if g.rubric is None:
+        rows["rubrics"].append(
+            {**keyed, "generator_ckpt": generator, "item": None, "criterion": None, "weight": None, "error": g.error}
+        )
+    else:
+        for m, (c, w) in enumerate(zip(g.rubric.criteria, g.rubric.weights)):
+            rows["rubrics"].append(
+                {**keyed, "generator_ckpt": generator, "item": m, "criterion": c, "weight": w, "error": None}
+            )
+        for k, verdict_row in enumerate(r.verdicts or []):
+            for m, v in enumerate(verdict_row):
+                verdict = None if v is UNSCORABLE else bool(v)
+                rows["verdicts"].append(
+                    {**keyed, "item": m, "target": "C", "response": k, "verdict": verdict, "verifier": verifier}
+                )
+    for k in range(n_responses):
+        score = r.scores[k] if r.scores is not None else UNSCORABLE
+        rows["scores"].append({**keyed, "target": "C", "response": k, "score": score})
+    rows["rewards"].append({**keyed, "r_disc": r.r_disc})
+
+
+def request_rows(run_id: str, batch: str, scored: Sequence[ScoredSet], answered: dict[str, dict]) -> list[dict]:
+    """One ``requests`` row per member: the commit record of the batch (written last). Its answer is stored as
+    given (``answer_json``), with the two fields the table keeps as columns (``reward``, ``rubric_id``)."""
+    rows = []
+    for s in scored:
+        for m in s.job.members:
+            ans = answered[m.request_id]
+            rows.append(
+                {
+                    "run_id": run_id,
+                    "round": ROUND,
+                    "stage": STAGE,
+                    "set_id": s.job.set_id,
+                    "batch": batch,
+                    "request_id": m.request_id,
+                    "route": m.route,
+                    "group_id": m.group_id,
+                    "response_idx": m.index,
+                    "reward": ans.get("reward") if m.index is not None else None,
+                    "rubric_id": ans["rubric_id"],
+                    "received_at": m.received_at,
+                    "prompt": s.job.prompt,
+                    "fingerprint": m.fingerprint,
+                    "answer_json": json.dumps(ans, ensure_ascii=False),
+                }
+            )
+    return rows
 
 
 def _part(uri: str) -> str:

@@ -5,31 +5,24 @@ field (the app answers 422 and writes nothing).
 - ``RewardMember`` (``POST /v1/rewards``): ``{group_id, group_size, prompt, response, request_id}``, one sample of a
   group the service collects.
 - ``OpenRLHFBatch`` (``POST /get_reward``): OpenRLHF's ``--remote_rm_url`` body, ``{"query": [...], "prompts":
-  [...], "labels": [...]}``; a query is the prompt followed by the response (``responses()`` splits them).
+  [...], "labels": [...]}``; a query is the prompt followed by the response (``pairs()`` splits them).
 
-Pure: pydantic and the standard library.
+Stage "parse", after the routes (``app``); a parsed body goes on to the ``Service`` (``intake``). Pure: pydantic and
+the standard library.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
 
+from dr_core.service.errors import BadRequest
 from dr_core.service.settings import ServiceSettings
 
 #: request ids and group ids: printable, no spaces, at most 200 characters (they are stored and logged)
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/@#+=-]{0,199}$"
-
-
-class BadRequest(ValueError):
-    """A request the service refuses (422): ``field`` is the dotted path of the offending field."""
-
-    def __init__(self, field: str, message: str, status: int = 422):
-        super().__init__(f"{field}: {message}")
-        self.field, self.message, self.status = field, message, status
 
 
 class _Body(BaseModel):
@@ -121,12 +114,3 @@ def _limits(body, settings: ServiceSettings) -> None:
                 raise BadRequest(f"prompts.{i}", "empty prompt")
             _text(f"prompts.{i}", p, settings)
             _text(f"query.{i}", q, settings)
-
-
-def fingerprint(*parts) -> str:
-    """A short SHA-256 over a request's content: the same request id sent again must carry the same content."""
-    return hashlib.sha256(json.dumps(parts, ensure_ascii=False).encode()).hexdigest()[:32]
-
-
-def prompt_id(prompt: str) -> str:
-    return "p" + hashlib.sha256(prompt.encode()).hexdigest()[:16]

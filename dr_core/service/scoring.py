@@ -1,5 +1,5 @@
-"""One batch of response sets through the evaluator, and what it gives back: the answers sent to clients and the
-lineage rows written to the store (the pipeline's tables, stage ``service``).
+"""Stage "score": one batch of response sets through the evaluator. The worker (``batcher``) calls
+``Scorer.score``; the scored sets go on to the answers (``answers``) and the commit (``ledger``), which read them.
 
 A batch is any number of ``SetJob``s from any routes. Generation is one engine call per distinct (rollouts, seed)
 among them, verification one call for the whole batch (``dr_core.evaluator.score.score_rubrics``), so vLLM's
@@ -7,16 +7,15 @@ continuous batching and prefix cache see every concurrent request at once. The o
 responses depends on its seed only (``order_keys``), never on the batch it shared; the sampled text does depend on
 the batch (one engine seed per call), as with any batched sampling.
 
-Pure apart from the engine calls.
+Pure apart from the engine calls (and the cost of each call counted in the metrics).
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from dr_core.constants import UNSCORABLE
 from dr_core.engines.base import Engine
@@ -24,10 +23,9 @@ from dr_core.evaluator.generate import generate_rubrics
 from dr_core.evaluator.items import EvalItem, ScoredRubric, StageStats
 from dr_core.evaluator.score import rubric_record, score_rubrics
 from dr_core.scoring.metrics import mean_or_none
-from dr_core.service.requests import prompt_id
 
-STAGE = "service"
-ROUND = 0
+if TYPE_CHECKING:
+    from dr_core.service.metrics import Metrics
 
 
 @dataclass(frozen=True)
@@ -76,6 +74,15 @@ class ScoredSet:
             for k in range(len(self.job.responses))
         ]
 
+    @property
+    def r_disc(self) -> float | None:
+        """R_disc averaged over the rollouts that have one (None: none has)."""
+        return mean_or_none([r.r_disc for r in self.rubrics if r.r_disc is not UNSCORABLE])
+
+    def rubric_records(self) -> list[dict]:
+        """Each rollout's rubric as JSON-ready data (``rubric_record``: generation, verdicts, scores, R_disc)."""
+        return [rubric_record(r) for r in self.rubrics]
+
     def unscorable(self) -> list[str]:
         return [f"rollout {i}: {p}" for i, r in enumerate(self.rubrics) for p in r.unscorable]
 
@@ -116,140 +123,27 @@ def score_jobs(
     return [ScoredSet(j, r) for j, r in zip(jobs, results)]
 
 
-def rubric_id(run_id: str, set_id: int) -> str:
-    """Names a set's rubrics in answers; ``dr query why_reward`` finds them from the request id."""
-    return f"{run_id}:{set_id}"
+class Scorer:
+    """The engines behind the worker: ``score(jobs)`` is ``score_jobs`` with the service's rubric sampling, each
+    stage's seconds and tokens counted in ``metrics`` (failed batches too)."""
 
+    def __init__(self, generator: Engine, verifier: Engine, *, temperature: float, max_tokens: int, metrics: Metrics):
+        self.generator, self.verifier, self.metrics = generator, verifier, metrics
+        self.temperature, self.max_tokens = temperature, max_tokens
 
-def set_answer(run_id: str, s: ScoredSet, request_id: str) -> dict:
-    """The ``/v1/score-set`` answer: every rubric with its verdict matrix, Eq. 12 scores and R_disc."""
-    return {
-        "request_id": request_id,
-        "set_id": s.job.set_id,
-        "rubric_id": rubric_id(run_id, s.job.set_id),
-        "rubrics": [{"rollout": i, **rubric_record(r)} for i, r in enumerate(s.rubrics)],
-        "scores": s.mean_scores,
-        "r_disc": mean_or_none([r.r_disc for r in s.rubrics if r.r_disc is not UNSCORABLE]),
-        "unscorable": s.unscorable(),
-    }
-
-
-def member_answer(run_id: str, s: ScoredSet, m: Member) -> dict:
-    """The ``/v1/rewards`` answer of one member: its reward (None when unscorable, with why) and the rubric id."""
-    score = s.mean_scores[m.index]
-    why = [] if score is not UNSCORABLE else (s.unscorable() or ["no rubric could score this response"])
-    return {
-        "request_id": m.request_id,
-        "group_id": m.group_id,
-        "reward": score,
-        "rubric_id": rubric_id(run_id, s.job.set_id),
-        "set_id": s.job.set_id,
-        "unscorable": why,
-    }
-
-
-def answers(run_id: str, s: ScoredSet) -> dict[str, dict]:
-    """{request id: answer} for every member of a scored set."""
-    out = {}
-    for m in s.job.members:
-        out[m.request_id] = set_answer(run_id, s, m.request_id) if m.index is None else member_answer(run_id, s, m)
-    return out
-
-
-def lineage_rows(run_id: str, scored: Sequence[ScoredSet], generator: str, verifier: str) -> dict[str, list[dict]]:
-    """Rows of samples, rubrics, verdicts, scores and rewards for a batch (the pipeline's tables, stage
-    ``service``; set_id from the set key). The ``requests`` rows come from ``request_rows``."""
-    base = {"run_id": run_id, "round": ROUND, "stage": STAGE}
-    rows: dict[str, list[dict]] = {t: [] for t in ("samples", "rubrics", "verdicts", "scores", "rewards")}
-    for s in scored:
-        sid = s.job.set_id
-        pid = prompt_id(s.job.prompt)
-        for k, text in enumerate(s.job.responses):
-            rows["samples"].append(
-                {
-                    **base,
-                    "set_id": sid,
-                    "prompt_id": pid,
-                    "response_idx": k,
-                    "policy_ckpt": "external",
-                    "response": text,
-                }
+    def score(self, jobs: Sequence[SetJob]) -> list[ScoredSet]:
+        stats: dict[str, StageStats] = {}
+        try:
+            return score_jobs(
+                self.generator,
+                self.verifier,
+                jobs,
+                temperature=self.temperature,
+                max_tokens=self.max_tokens,
+                stats=stats,
             )
-        for rollout, r in enumerate(s.rubrics):
-            g = r.generation
-            if g.rubric is None:
-                rows["rubrics"].append(
-                    {
-                        **base,
-                        "set_id": sid,
-                        "generator_ckpt": generator,
-                        "rollout": rollout,
-                        "item": None,
-                        "criterion": None,
-                        "weight": None,
-                        "error": g.error,
-                    }
-                )
-            else:
-                for m, (c, w) in enumerate(zip(g.rubric.criteria, g.rubric.weights)):
-                    rows["rubrics"].append(
-                        {
-                            **base,
-                            "set_id": sid,
-                            "generator_ckpt": generator,
-                            "rollout": rollout,
-                            "item": m,
-                            "criterion": c,
-                            "weight": w,
-                            "error": None,
-                        }
-                    )
-                for k, verdict_row in enumerate(r.verdicts or []):
-                    for m, v in enumerate(verdict_row):
-                        rows["verdicts"].append(
-                            {
-                                **base,
-                                "set_id": sid,
-                                "rollout": rollout,
-                                "item": m,
-                                "target": "C",
-                                "response": k,
-                                "verdict": None if v is UNSCORABLE else bool(v),
-                                "verifier": verifier,
-                            }
-                        )
-            for k in range(len(s.job.responses)):
-                score = r.scores[k] if r.scores is not None else UNSCORABLE
-                rows["scores"].append(
-                    {**base, "set_id": sid, "rollout": rollout, "target": "C", "response": k, "score": score}
-                )
-            rows["rewards"].append({**base, "set_id": sid, "rollout": rollout, "r_disc": r.r_disc})
-    return rows
-
-
-def request_rows(run_id: str, batch: str, scored: Sequence[ScoredSet], answered: dict[str, dict]) -> list[dict]:
-    """One ``requests`` row per member: the commit record of the batch (written last)."""
-    rows = []
-    for s in scored:
-        for m in s.job.members:
-            ans = answered[m.request_id]
-            rows.append(
-                {
-                    "run_id": run_id,
-                    "round": ROUND,
-                    "stage": STAGE,
-                    "set_id": s.job.set_id,
-                    "batch": batch,
-                    "request_id": m.request_id,
-                    "route": m.route,
-                    "group_id": m.group_id,
-                    "response_idx": m.index,
-                    "reward": ans.get("reward") if m.index is not None else None,
-                    "rubric_id": ans["rubric_id"],
-                    "received_at": m.received_at,
-                    "prompt": s.job.prompt,
-                    "fingerprint": m.fingerprint,
-                    "answer_json": json.dumps(ans, ensure_ascii=False),
-                }
-            )
-    return rows
+        finally:
+            for stage, st in stats.items():
+                self.metrics.inc("dr_stage_seconds_total", st.seconds, stage=stage)
+                self.metrics.inc("dr_stage_tokens_total", st.prompt_tokens, stage=stage, kind="prompt")
+                self.metrics.inc("dr_stage_tokens_total", st.completion_tokens, stage=stage, kind="completion")

@@ -76,7 +76,8 @@ def serve(
     import uvicorn
 
     from dr_core.engines.pool import EnginePool
-    from dr_core.service.app import Service, create_app
+    from dr_core.service.app import create_app
+    from dr_core.service.intake import Service
 
     token = read_token(token_file)
     store = Store.from_url(store_url).check_writable()

@@ -1,0 +1,45 @@
+"""What a request can run into on its way through the service: one exception each, raised by any stage; the routes
+(``app._handle``) turn them into the JSON error answers, in one place.
+
+- ``BadRequest``: the body or one of its fields is refused: 422 ``invalid_request`` naming the field (413
+  ``body_too_large`` for the body's size); nothing is written.
+- ``TooManyGroups``: ``--max-open-groups`` groups are open already: 503 ``busy``.
+- ``GroupIncomplete``: a group's last member did not arrive in time: 504 ``group_incomplete``.
+- ``Unavailable``: not ready, shutting down, the queue full, or the engines or the store failed on a batch: 503, its
+  ``reason`` the error code.
+
+Shared by every stage, like ``settings`` and ``metrics``: the standard library only.
+"""
+
+from __future__ import annotations
+
+
+class BadRequest(ValueError):
+    """A request the service refuses (422): ``field`` is the dotted path of the offending field."""
+
+    def __init__(self, field: str, message: str, status: int = 422):
+        super().__init__(f"{field}: {message}")
+        self.field, self.message, self.status = field, message, status
+
+
+class TooManyGroups(RuntimeError):
+    pass
+
+
+class GroupIncomplete(RuntimeError):
+    """A group whose last member did not arrive in time (504)."""
+
+    def __init__(self, group_id: str, have: int, size: int, timeout_s: float):
+        super().__init__(
+            f"group {group_id!r} has {have} of {size} members after {timeout_s:g} s "
+            "(--group-timeout); no reward was computed for any of them"
+        )
+        self.group_id, self.have, self.size = group_id, have, size
+
+
+class Unavailable(RuntimeError):
+    """The engines or the store failed on a batch, or the service is not ready or too busy (503)."""
+
+    def __init__(self, reason: str, message: str):
+        super().__init__(message)
+        self.reason = reason

@@ -1,0 +1,224 @@
+"""Stage "intake", between parse and queue: the ``Service`` behind the routes. Per route, a parsed body becomes an
+answer replayed from the ledger (a request id answered before), or a set on the queue (``batcher``), or a member of
+a group (``groups``); the handler then waits for the answers the worker hands back.
+
+``Service`` also owns the stages' life cycle: ``start()`` (a background thread: the process answers /health
+meanwhile) opens the ledger, then the engines, then the worker (``Batcher``: ``Scorer.score`` ->
+``answer_batch`` -> ``Ledger.commit``) and the group collector; ``stop()`` closes the worker, then the engines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import threading
+import uuid
+from datetime import datetime, timezone
+from functools import partial
+from typing import TYPE_CHECKING, Callable
+
+from dr_core.engines.base import Engine
+from dr_core.service.answers import answer_batch, openrlhf_answer
+from dr_core.service.batcher import Batcher, count_batch
+from dr_core.service.errors import BadRequest, TooManyGroups, Unavailable
+from dr_core.service.groups import GroupCollector, count_timeout, submit_group
+from dr_core.service.ledger import Ledger, prompt_id
+from dr_core.service.metrics import Metrics
+from dr_core.service.scoring import Member, Scorer, SetJob
+from dr_core.service.settings import ServiceSettings
+from dr_core.store.artifacts import Store
+
+if TYPE_CHECKING:
+    from dr_core.service.requests import OpenRLHFBatch, RewardMember, ScoreSet
+
+Log = Callable[[str], None]
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def fingerprint(*parts) -> str:
+    """A short SHA-256 over a request's content: the same request id sent again must carry the same content."""
+    return hashlib.sha256(json.dumps(parts, ensure_ascii=False).encode()).hexdigest()[:32]
+
+
+class Service:
+    """Everything behind the routes; ``open_engines`` returns (generator, verifier)."""
+
+    def __init__(
+        self,
+        settings: ServiceSettings,
+        store: Store,
+        open_engines: Callable[[], tuple[Engine, Engine]],
+        *,
+        token: str | None = None,
+        log: Log = lambda _m: None,
+        close_engines: Callable[[], None] = lambda: None,
+    ):
+        self.settings, self.store, self.log = settings, store, log
+        self._open_engines, self._close_engines = open_engines, close_engines
+        self._token = token.encode() if token else None
+        self.metrics = Metrics()
+        self.ledger = Ledger(store, settings.run_id, log, metrics=self.metrics)
+        self.batcher: Batcher | None = None
+        self.collector: GroupCollector | None = None
+        self.generator_name: str | None = None
+        self.verifier_name: str | None = None
+        self.failed: str | None = None
+        self.ready = threading.Event()
+        self.stopped = threading.Event()
+        self.on_failure: Callable[[], None] | None = None  # the server stops itself (exit 2)
+        self._inflight: dict[str, tuple[str, asyncio.Future]] = {}
+        self._prompt_groups: dict[str, str] = {}
+        self.metrics.gauge("dr_queue_depth", self.queue_depth)
+        self.metrics.gauge("dr_open_groups", self.open_groups)
+
+    # -- life cycle -------------------------------------------------------------------------------------------
+    def start(self) -> None:
+        try:
+            self.ledger.open()
+            generator, verifier = self._open_engines()
+            self.batcher = self._worker(generator, verifier).start()
+            self.collector = self._collector(self.batcher)
+            self.generator_name, self.verifier_name = generator.model_name, verifier.model_name
+            self.ready.set()
+            self.log(
+                f"ready: generator {generator.model_name}, verifier {verifier.model_name}; "
+                f"{len(self.ledger)} earlier answers in run {self.settings.run_id!r}"
+            )
+        except Exception as exc:
+            self.failed = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"
+            self.log(f"error: the service could not start: {self.failed}")
+            if self.on_failure is not None:
+                self.on_failure()
+
+    def _worker(self, generator: Engine, verifier: Engine) -> Batcher:
+        """The queue and its worker, over the later stages: score, answer, commit."""
+        s = self.settings
+        scorer = Scorer(
+            generator, verifier, temperature=s.rubric_temperature, max_tokens=s.rubric_max_tokens, metrics=self.metrics
+        )
+        return Batcher(
+            scorer.score,
+            partial(answer_batch, s.run_id),
+            partial(self.ledger.commit, generator=generator.model_name, verifier=verifier.model_name),
+            max_batch_sets=s.max_batch_sets,
+            batch_wait_s=s.batch_wait_s,
+            max_queue_sets=s.max_queue_sets,
+            on_batch=partial(count_batch, self.metrics, self.log),
+        )
+
+    def _collector(self, batcher: Batcher) -> GroupCollector:
+        """The group collector: a complete group goes on ``batcher``'s queue as one set."""
+        return GroupCollector(
+            partial(submit_group, submit=batcher.submit, rollouts=self.settings.rubric_rollouts),
+            timeout_s=self.settings.group_timeout_s,
+            max_open=self.settings.max_open_groups,
+            scored=self.ledger.group_scored,
+            on_timeout=partial(count_timeout, self.metrics),
+        )
+
+    def stop(self) -> None:
+        if self.batcher is not None:
+            self.batcher.close()
+        self._close_engines()
+        self.stopped.set()
+
+    def close_groups(self) -> None:
+        """On the event loop, at shutdown: members still waiting get ``group_incomplete``."""
+        if self.collector is not None:
+            self.collector.close()
+
+    def queue_depth(self) -> int:
+        return self.batcher.depth() if self.batcher else 0
+
+    def open_groups(self) -> int:
+        return len(self.collector.open) if self.collector else 0
+
+    def authorized(self, header: str | None) -> bool:
+        if self._token is None:
+            return True
+        if not header or not header.startswith("Bearer "):
+            return False
+        return hmac.compare_digest(header[len("Bearer ") :].strip().encode(), self._token)
+
+    def _require_ready(self) -> None:
+        if self.failed:
+            raise Unavailable("not_ready", f"the service failed to start: {self.failed}")
+        if not self.ready.is_set():
+            raise Unavailable("not_ready", "the engines are still loading; retry when GET /ready answers 200")
+
+    # -- the routes' handlers ---------------------------------------------------------------------------------
+    def _replay(self, request_id: str, fp: str) -> dict | None:
+        done = self.ledger.get(request_id)
+        if done is None:
+            return None
+        if done.fingerprint != fp:
+            raise BadRequest("request_id", f"{request_id!r} was answered before for a different body")
+        return done.answer
+
+    async def _submit(self, job: SetJob) -> dict:
+        return await asyncio.wrap_future(self.batcher.submit(job))
+
+    async def score_set(self, body: ScoreSet) -> dict:
+        self._require_ready()
+        rid = body.request_id or f"auto-{uuid.uuid4().hex}"
+        fp = fingerprint("score-set", body.prompt, body.responses, body.rubric_rollouts, body.seed)
+        if (ans := self._replay(rid, fp)) is not None:
+            return ans
+        if rid in self._inflight:
+            other_fp, fut = self._inflight[rid]
+            if other_fp != fp:
+                raise BadRequest("request_id", f"{rid!r} is being scored for a different body")
+            return (await asyncio.shield(fut))[rid]
+        job = SetJob(
+            f"set:{rid}",
+            body.prompt,
+            tuple(body.responses),
+            body.rubric_rollouts,
+            body.seed,
+            [Member(rid, "score-set", fp, _now())],
+        )
+        fut = asyncio.ensure_future(self._submit(job))
+        self._inflight[rid] = (fp, fut)
+        fut.add_done_callback(lambda _f: self._inflight.pop(rid, None))
+        return (await asyncio.shield(fut))[rid]
+
+    async def reward(self, body: RewardMember) -> dict:
+        self._require_ready()
+        fp = fingerprint("rewards", body.group_id, body.group_size, body.prompt, body.response)
+        if (ans := self._replay(body.request_id, fp)) is not None:
+            return ans
+        member = Member(body.request_id, "rewards", fp, _now(), group_id=body.group_id)
+        fut = self.collector.join(body.group_id, body.group_size, body.prompt, body.response, member)
+        answers = await asyncio.shield(fut)
+        return answers[body.request_id]
+
+    async def openrlhf(self, body: OpenRLHFBatch) -> dict:
+        self._require_ready()
+        collector = self.collector
+        if len(self._prompt_groups) > 4 * self.settings.max_open_groups:  # forget prompts whose group has closed
+            self._prompt_groups = {p: g for p, g in self._prompt_groups.items() if g in collector.open}
+        pairs = body.pairs()
+        new_groups = {prompt_id(p) for p, _ in pairs} - {
+            pid for pid, g in self._prompt_groups.items() if g in collector.open
+        }
+        if len(collector.open) + len(new_groups) > self.settings.max_open_groups:  # refuse whole, join nothing
+            raise TooManyGroups(
+                f"{len(new_groups)} new groups would pass --max-open-groups "
+                f"({self.settings.max_open_groups}); {len(collector.open)} are open"
+            )
+        waits = []
+        for prompt, response in pairs:
+            pid = prompt_id(prompt)
+            gid = self._prompt_groups.get(pid)
+            if gid is None or gid not in collector.open:
+                gid = self._prompt_groups[pid] = f"openrlhf-{pid}-{uuid.uuid4().hex[:12]}"
+            rid = f"openrlhf-{uuid.uuid4().hex}"
+            member = Member(rid, "get_reward", fingerprint("get_reward", prompt, response), _now(), group_id=gid)
+            waits.append((rid, collector.join(gid, self.settings.group_size, prompt, response, member)))
+        results = await asyncio.gather(*(asyncio.shield(f) for _, f in waits))
+        return openrlhf_answer([res[rid] for (rid, _), res in zip(waits, results)])
