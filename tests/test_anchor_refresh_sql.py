@@ -8,7 +8,7 @@ import json
 from dr_core.datasets import load_ranked
 from dr_core.paths import bundled
 from dr_core.runs import anchor_refresh as refresh
-from dr_core.runs.store_commands import ingest
+from dr_core.runs.ingest import ingest
 from dr_core.store import sql
 from dr_core.store.artifacts import Store
 

@@ -750,10 +750,9 @@ def guarded(monkeypatch, tmp_path):
         "flows.coevolve.coevolve_flow",
     ):
         monkeypatch.setattr(target, boom)
-    import cli.app as core_cli
+    import cli.output
 
-    if isinstance(getattr(core_cli, "_DEBUG", None), dict):
-        monkeypatch.setitem(core_cli._DEBUG, "on", False)
+    monkeypatch.setitem(cli.output.DEBUG, "on", False)
     monkeypatch.delenv("DR_DEBUG", raising=False)
     monkeypatch.delenv("DR_STORE", raising=False)
     monkeypatch.chdir(tmp_path)

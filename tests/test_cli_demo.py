@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from dr_core.runs.demo import run_demo
+from cli.demo import run_demo
 
 
 def test_demo_values():

@@ -327,8 +327,8 @@ def _coevolve_result(policy_steps, yes):
 
 
 def test_coevolve_warnings_and_cli_rows(monkeypatch):
-    from cli.app import console
-    from cli.main import _print_coevolve
+    from cli.output import console
+    from cli.results import print_coevolve
 
     monkeypatch.setattr(console, "_width", 220)  # one line per table row and per warning
 
@@ -344,7 +344,7 @@ def test_coevolve_warnings_and_cli_rows(monkeypatch):
         "separate responses",
     ]
     with console.capture() as cap:
-        _print_coevolve(result)
+        print_coevolve(result)
     out = cap.get()
     assert "zero-std GRPO groups per step" in out and "0: 1.00, 1: 1.00 (2 without" in out and "0: 0.00, 1: 0.50" in out
     assert "verifier yes-rate" in out and "1.0000 (n=10)" in out and "0.2500" in out

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from dr_core.datasets import DataError, load_ranked
 from dr_core.paths import cache_dir
-from dr_core.runs.store_commands import ingest
+from dr_core.runs.ingest import ingest
 from dr_core.store import sql
 from dr_core.store.artifacts import Store
 from dr_core.store.atomic import write_atomic

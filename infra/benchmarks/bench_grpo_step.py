@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_main_job import TreeRSS  # noqa: E402
 
-#: A LoRA update's learning rate over a full update's (dr_core/presets.py).
+#: A LoRA update's learning rate over a full update's (dr_core/config/presets.py).
 LORA_LR_SCALE = 10
 
 ALL = [
@@ -77,7 +77,7 @@ def inputs(store_url: str, run_id: str):
 
 
 def settings_for(role: str, dtype: str, mode: str, overrides: list[str]):
-    from dr_core.presets import coevolve_preset
+    from dr_core.config import coevolve_preset
 
     fields: dict = {}
     for kv in overrides:
@@ -131,13 +131,35 @@ def run_one(spec: str, store: str, run_id: str, overrides: list[str], out: Path)
             result = train_policy(
                 base, pol_rows, generator, verifier, settings, Path(tmp) / "out", on_rollouts=records.extend
             )
+    row = step_row(spec, result, settings, started)
+    if role == "generator":
+        row["tokens"] = rollout_tokens(gen_rows[0], settings, records, verifier_cfg)
+    out.write_text(json.dumps(row, default=float))
+
+
+#: The GRPO settings a result row shows.
+SHOWN_SETTINGS = {
+    "learning_rate",
+    "bf16",
+    "use_lora",
+    "lora_r",
+    "lora_alpha",
+    "max_steps",
+    "num_generations",
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
+}
+
+
+def step_row(spec: str, result, settings, started: float) -> dict:
+    """A variant's result row: seconds per optimiser step and where they go, the update's reward and settings."""
     reward_s = sum(h.get("reward_seconds", 0) for h in result.history)
     stats = result.rollout_stats or {}
     steps = max(1, result.steps)
     step = result.step_seconds or 0.0
     gen_s = stats.get("generate_seconds", 0.0) / steps
     sync_s = stats.get("sync_seconds", 0.0) / steps
-    row = {
+    return {
         "variant": spec,
         "steps": result.steps,
         "step_seconds": round(step, 1),
@@ -149,23 +171,8 @@ def run_one(spec: str, store: str, run_id: str, overrides: list[str], out: Path)
         "engines_start_s": round(started, 1),
         "reward_first": result.reward_first,
         "reward_last": result.reward_last,
-        "settings": settings.model_dump(
-            include={
-                "learning_rate",
-                "bf16",
-                "use_lora",
-                "lora_r",
-                "lora_alpha",
-                "max_steps",
-                "num_generations",
-                "per_device_train_batch_size",
-                "gradient_accumulation_steps",
-            }
-        ),
+        "settings": settings.model_dump(include=SHOWN_SETTINGS),
     }
-    if role == "generator":
-        row["tokens"] = rollout_tokens(gen_rows[0], settings, records, verifier_cfg)
-    out.write_text(json.dumps(row, default=float))
 
 
 def rollout_tokens(row, settings, records: list[dict], verifier_cfg) -> dict:

@@ -59,59 +59,7 @@ def main() -> None:
     pooled = {p: {"n": 0, "wins": 0, "ties": 0, "losses": 0, "unscorable": 0} for p in JUDGE_PROCEDURES}
     with tempfile.TemporaryDirectory() as tmp:
         for spec in args.pairs:
-            path, start, n = spec.rsplit(":", 2)
-            pairs = load(path, "pairwise")[int(start) : int(start) + int(n)]
-            name = f"{Path(path).stem}[{start}:{int(start) + len(pairs)}]"
-            d = Path(tmp)
-            data = write_jsonl(d / "prompts.jsonl", [{"id": p.id, "prompt": p.prompt} for p in pairs])
-            chosen = write_jsonl(d / "chosen.jsonl", [{"id": p.id, "answer": p.chosen} for p in pairs])
-            rejected = write_jsonl(d / "rejected.jsonl", [{"id": p.id, "answer": p.rejected} for p in pairs])
-            result["slices"][name] = {}
-            for proc in JUDGE_PROCEDURES:
-                t0 = time.perf_counter()
-                m, recs = run_eval_policy(
-                    policy=str(chosen),
-                    data=data,
-                    judge=args.judge,
-                    baseline=str(rejected),
-                    procedure=proc,
-                    threshold=args.threshold,
-                    log=log,
-                )
-                scored = m["wins"] + m["losses"]
-                row = {
-                    "n": m["n"],
-                    "accuracy": m["wins"] / m["n"],
-                    "tie_rate": m["tie_rate"],
-                    "unscorable": m["unscorable"],
-                    "decisive_accuracy": m["wins"] / scored if scored else None,
-                    "decisive": scored,
-                    "win_rate": m["win_rate"],
-                    "win_rate_ci95": m["win_rate_ci95"],
-                    "position_bias": m["judge_position_bias"],
-                    "first_shown_rate": m["judge_first_shown_rate"],
-                    "mean_abs_d": m["judge_mean_abs_d"],
-                    "procedure_used": m["judge_procedure"],
-                    "fallback": m["judge_fallback"],
-                    "seconds": round(time.perf_counter() - t0, 1),
-                }
-                if proc == "logodds":  # how the tie threshold moves accuracy (reported, not chosen on)
-                    ds = [r["judge_d"] for r in recs]
-                    row["accuracy_by_threshold"] = {
-                        str(t): sum(x is not None and x > t for x in ds) / len(ds)
-                        for t in (0.0, 0.005, 0.01, 0.05, 0.1)
-                    }
-                    row["tie_rate_by_threshold"] = {
-                        str(t): sum(x is not None and abs(x) <= t for x in ds) / len(ds)
-                        for t in (0.0, 0.005, 0.01, 0.05, 0.1)
-                    }
-                result["slices"][name][proc] = row
-                for k in pooled[proc]:
-                    pooled[proc][k] += m[k]
-                log(
-                    f"{name} {proc}: accuracy {row['accuracy']:.3f}, ties {row['tie_rate']}, position bias "
-                    f"{row['position_bias']}, first-shown {row['first_shown_rate']}"
-                )
+            judge_slice(spec, args, Path(tmp), result, pooled)
     for c in pooled.values():
         c["accuracy"] = c["wins"] / c["n"]
         c["tie_rate"] = c["ties"] / max(1, c["n"] - c["unscorable"])
@@ -119,6 +67,71 @@ def main() -> None:
     result["chosen"] = max(JUDGE_PROCEDURES, key=lambda p: (pooled[p]["accuracy"], p == "choice"))
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(result, indent=2) + "\n")
+    print_table(result, pooled)
+
+
+def judge_slice(spec: str, args, d: Path, result: dict, pooled: dict) -> None:
+    """One FILE:START:N slice judged once per procedure: its rows into ``result["slices"]``, its counts into
+    ``pooled``."""
+    path, start, n = spec.rsplit(":", 2)
+    pairs = load(path, "pairwise")[int(start) : int(start) + int(n)]
+    name = f"{Path(path).stem}[{start}:{int(start) + len(pairs)}]"
+    data = write_jsonl(d / "prompts.jsonl", [{"id": p.id, "prompt": p.prompt} for p in pairs])
+    chosen = write_jsonl(d / "chosen.jsonl", [{"id": p.id, "answer": p.chosen} for p in pairs])
+    rejected = write_jsonl(d / "rejected.jsonl", [{"id": p.id, "answer": p.rejected} for p in pairs])
+    result["slices"][name] = {}
+    for proc in JUDGE_PROCEDURES:
+        t0 = time.perf_counter()
+        m, recs = run_eval_policy(
+            policy=str(chosen),
+            data=data,
+            judge=args.judge,
+            baseline=str(rejected),
+            procedure=proc,
+            threshold=args.threshold,
+            log=log,
+        )
+        row = procedure_row(proc, m, recs, t0)
+        result["slices"][name][proc] = row
+        for k in pooled[proc]:
+            pooled[proc][k] += m[k]
+        log(
+            f"{name} {proc}: accuracy {row['accuracy']:.3f}, ties {row['tie_rate']}, position bias "
+            f"{row['position_bias']}, first-shown {row['first_shown_rate']}"
+        )
+
+
+def procedure_row(proc: str, m: dict, recs: list[dict], t0: float) -> dict:
+    """One procedure's figures on one slice from ``run_eval_policy``'s metrics and records."""
+    scored = m["wins"] + m["losses"]
+    row = {
+        "n": m["n"],
+        "accuracy": m["wins"] / m["n"],
+        "tie_rate": m["tie_rate"],
+        "unscorable": m["unscorable"],
+        "decisive_accuracy": m["wins"] / scored if scored else None,
+        "decisive": scored,
+        "win_rate": m["win_rate"],
+        "win_rate_ci95": m["win_rate_ci95"],
+        "position_bias": m["judge_position_bias"],
+        "first_shown_rate": m["judge_first_shown_rate"],
+        "mean_abs_d": m["judge_mean_abs_d"],
+        "procedure_used": m["judge_procedure"],
+        "fallback": m["judge_fallback"],
+        "seconds": round(time.perf_counter() - t0, 1),
+    }
+    if proc == "logodds":  # how the tie threshold moves accuracy (reported, not chosen on)
+        ds = [r["judge_d"] for r in recs]
+        row["accuracy_by_threshold"] = {
+            str(t): sum(x is not None and x > t for x in ds) / len(ds) for t in (0.0, 0.005, 0.01, 0.05, 0.1)
+        }
+        row["tie_rate_by_threshold"] = {
+            str(t): sum(x is not None and abs(x) <= t for x in ds) / len(ds) for t in (0.0, 0.005, 0.01, 0.05, 0.1)
+        }
+    return row
+
+
+def print_table(result: dict, pooled: dict) -> None:
     print("\n| slice | procedure | accuracy | tie rate | decisive accuracy (n) | position bias | first-shown |")
     print("|---|---|---|---|---|---|---|")
     for name, procs in result["slices"].items():

@@ -32,9 +32,17 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_verdicts import SHARED, load_pairs, pair_metrics, rate, set_metrics, store_sets  # noqa: E402
+from bench_verdicts import (  # noqa: E402
+    SHARED,
+    load_pairs,
+    pair_metrics,
+    pair_scores,
+    rate,
+    set_metrics,
+    store_sets,
+)
 
-from dr_core.numerics import describe  # noqa: E402
+from dr_core.config.numerics import describe  # noqa: E402
 
 DEFAULT_PAIRS = [
     f"{SHARED / 'eval' / 'hh_harmless_pairs.jsonl'}:40:20",
@@ -60,11 +68,11 @@ def bench_matmul(n: int = 2048, reps: int = 20) -> dict:
 
 def generator_batch(store_url: str, run_id: str, tokenizer) -> list[tuple[list[int], list[int], float]]:
     """(prompt ids, completion ids, advantage) of every scorable rollout of the run's round-1 generator update."""
+    from dr_core.config.training import GRPOSettings
     from dr_core.rubric import prompts
     from dr_core.store.artifacts import Store
     from dr_core.train import records
     from dr_core.train.grpo import generator_dataset
-    from dr_core.train.settings import GRPOSettings
 
     con = Store.from_url(store_url).connect()
     rows = lambda q: [dict(zip([d[0] for d in r.description], t)) for r in [con.sql(q)] for t in r.fetchall()]  # noqa: E731
@@ -175,15 +183,29 @@ def logodds_and_verdicts(
 
 
 def bench_verdicts(store_url: str, run_id: str, pair_specs: list[str]) -> dict:
+    from dr_core.evaluator.items import Check
+
+    pairs = load_pairs(pair_specs)
+    pair_checks, layout = rubric_checks(pairs)
+    sets = store_sets(store_url, run_id)
+    set_checks = [
+        Check(s["prompt"], resp, crit) for s in sets for resp in s["C"] + s["anchors"] for crit, _w in s["items"]
+    ]
+    per_dtype = verdicts_per_dtype({"sets": set_checks, "pairs": pair_checks})
+    result = {"sets": len(sets), "pairs": len(pairs), "pair_specs": pair_specs}
+    for name in ("sets", "pairs"):
+        result[name] = compare_dtypes(name, per_dtype, sets, layout)
+    return result
+
+
+def rubric_checks(pairs) -> tuple[list, list]:
+    """One rubric per pair from the default generator, and its checks on the chosen and the rejected answer; the
+    layout says where each pair's checks start in the list (None: no usable rubric) and its weights."""
     from dr_core.config import engine_config
     from dr_core.engines import make_engine
     from dr_core.evaluator.generate import generate_rubrics
     from dr_core.evaluator.items import Check, EvalItem
-    from dr_core.model import prepare
-    from dr_core.presets import preset
-    from dr_core.scoring.equations import rubric_scores
 
-    pairs = load_pairs(pair_specs)
     gen = make_engine(engine_config(model="default", max_model_len=4096))
     try:
         rubrics, _ = generate_rubrics(gen, [EvalItem(p, (c, r)) for _s, p, c, r in pairs], [0])
@@ -195,10 +217,15 @@ def bench_verdicts(store_url: str, run_id: str, pair_specs: list[str]) -> dict:
         layout.append(None if rub is None else (len(pair_checks), rub.weights))
         if rub is not None:
             pair_checks += [Check(p, resp, crit) for resp in (c, r) for crit in rub.criteria]
-    sets = store_sets(store_url, run_id)
-    set_checks = [
-        Check(s["prompt"], resp, crit) for s in sets for resp in s["C"] + s["anchors"] for crit, _w in s["items"]
-    ]
+    return pair_checks, layout
+
+
+def verdicts_per_dtype(checks: dict[str, list]) -> dict:
+    """The tiny preset's verifier in each dtype on each named list of checks: log-odds, verdicts, bias, seconds."""
+    from dr_core.config import preset
+    from dr_core.engines import make_engine
+    from dr_core.model import prepare
+
     verifier = preset("tiny").engines.verifier
     prepare(verifier.model, print)
     per_dtype = {}
@@ -206,54 +233,45 @@ def bench_verdicts(store_url: str, run_id: str, pair_specs: list[str]) -> dict:
         engine = make_engine(verifier.model_copy(update={"dtype": dtype, "max_model_len": 4096, "kv_cache_gib": 1}))
         try:
             out = {}
-            for name, checks in (("sets", set_checks), ("pairs", pair_checks)):
+            for name, named_checks in checks.items():
                 lo, v, bias, secs = logodds_and_verdicts(
-                    engine, checks, verifier.verifier_prompt, verifier.verdict_mode
+                    engine, named_checks, verifier.verifier_prompt, verifier.verdict_mode
                 )
                 out[name] = {"logodds": lo, "verdicts": v, "bias": bias, "seconds": secs}
             per_dtype[dtype] = out
         finally:
             engine.close()
         print(f"verdicts in {dtype}: done", flush=True)
+    return per_dtype
 
-    def pair_scores(verdicts):
-        scores = []
-        for lay in layout:
-            if lay is None:
-                scores.append((None, None))
-                continue
-            start, w = lay
-            m = len(w)
-            scores.append(tuple(rubric_scores(w, [verdicts[start : start + m], verdicts[start + m : start + 2 * m]])))
-        return scores
 
-    result = {"sets": len(sets), "pairs": len(pairs), "pair_specs": pair_specs}
-    for name in ("sets", "pairs"):
-        a, b = per_dtype["float32"][name], per_dtype["bfloat16"][name]
-        both = [(x, y) for x, y in zip(a["verdicts"], b["verdicts"]) if x is not None and y is not None]
-        dlo = [abs(x - y) for x, y in zip(a["logodds"], b["logodds"]) if x is not None and y is not None]
-        n = len(a["verdicts"])
-        row = {
-            "checks": n,
-            "flip_share": round(sum(x != y for x, y in both) / len(both), 4) if both else None,
-            "flips": sum(x != y for x, y in both),
-            "yes_rate": {d: rate(per_dtype[d][name]["verdicts"])[0] for d in DTYPES},
-            "mean_abs_logodds_change": round(float(np.mean(dlo)), 4) if dlo else None,
-            "threshold": {d: per_dtype[d][name]["bias"] for d in DTYPES},
-            "verdicts_per_s": {d: round(n / per_dtype[d][name]["seconds"], 2) for d in DTYPES},
+def compare_dtypes(name: str, per_dtype: dict, sets: list[dict], layout: list) -> dict:
+    """float32 against bfloat16 on one list of checks: verdict flips, log-odds change, yes-rate, speed, and what
+    the flips do to the sets' figures or the pairs' accuracy."""
+    a, b = per_dtype["float32"][name], per_dtype["bfloat16"][name]
+    both = [(x, y) for x, y in zip(a["verdicts"], b["verdicts"]) if x is not None and y is not None]
+    dlo = [abs(x - y) for x, y in zip(a["logodds"], b["logodds"]) if x is not None and y is not None]
+    n = len(a["verdicts"])
+    row = {
+        "checks": n,
+        "flip_share": round(sum(x != y for x, y in both) / len(both), 4) if both else None,
+        "flips": sum(x != y for x, y in both),
+        "yes_rate": {d: rate(per_dtype[d][name]["verdicts"])[0] for d in DTYPES},
+        "mean_abs_logodds_change": round(float(np.mean(dlo)), 4) if dlo else None,
+        "threshold": {d: per_dtype[d][name]["bias"] for d in DTYPES},
+        "verdicts_per_s": {d: round(n / per_dtype[d][name]["seconds"], 2) for d in DTYPES},
+    }
+    if name == "sets" and sets:
+        m32, m16 = set_metrics(sets, a["verdicts"]), set_metrics(sets, b["verdicts"])
+        row["r_disc"] = {"float32": m32["sets_r_disc"], "bfloat16": m16["sets_r_disc"]}
+        row["constant_score_share"] = {
+            "float32": m32["constant_score_share"],
+            "bfloat16": m16["constant_score_share"],
         }
-        if name == "sets" and sets:
-            m32, m16 = set_metrics(sets, a["verdicts"]), set_metrics(sets, b["verdicts"])
-            row["r_disc"] = {"float32": m32["sets_r_disc"], "bfloat16": m16["sets_r_disc"]}
-            row["constant_score_share"] = {
-                "float32": m32["constant_score_share"],
-                "bfloat16": m16["constant_score_share"],
-            }
-        if name == "pairs":
-            row["float32"] = pair_metrics(pair_scores(a["verdicts"]))
-            row["bfloat16"] = pair_metrics(pair_scores(b["verdicts"]))
-        result[name] = row
-    return result
+    if name == "pairs":
+        row["float32"] = pair_metrics(pair_scores(layout, a["verdicts"]))
+        row["bfloat16"] = pair_metrics(pair_scores(layout, b["verdicts"]))
+    return row
 
 
 def main() -> None:

@@ -40,52 +40,8 @@ def main() -> None:
     ap.add_argument("--output")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
-    rows = []
     with tempfile.TemporaryDirectory(prefix="dr-bench-scaling-") as tmp:
-        for n in sizes:
-            out = Path(tmp) / f"n{n}.json"
-            cmd = [
-                sys.executable,
-                "-m",
-                "cli.main",
-                "round",
-                "--preset",
-                args.preset,
-                "--store",
-                f"{tmp}/s{n}",
-                "--run-id",
-                "scale",
-                "--set",
-                f"n_prompts={n}",
-                "--json",
-                str(out),
-            ]
-            cmd += [] if args.eval else ["--no-eval"]
-            cmd += ["--engines", args.engines] if args.engines else []
-            start = time.perf_counter()
-            proc = subprocess.run(cmd, capture_output=True, text=True)
-            wall = time.perf_counter() - start
-            if proc.returncode != 0:
-                sys.exit(f"dr round n_prompts={n} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-            res = json.loads(out.read_text())
-            steps = {k: v["seconds"] for k, v in res["steps"].items() if k in MODEL_STEPS}
-            model = sum(steps.values())
-            rows.append(
-                {
-                    "n_prompts": n,
-                    "wall_s": round(wall, 1),
-                    "model_steps_s": round(model, 1),
-                    "per_prompt_s": round(model / n, 2),
-                    "steps": steps,
-                    "verdicts": res["summary"].get("verdicts"),
-                    "responses": res["summary"].get("responses"),
-                }
-            )
-            print(
-                f"n_prompts={n:3d}  wall {wall:7.1f} s  model steps {model:7.1f} s  per prompt {model / n:6.2f} s  "
-                f"verdicts {rows[-1]['verdicts']}",
-                flush=True,
-            )
+        rows = [run_size(n, args, tmp) for n in sizes]
     xs = [r["n_prompts"] for r in rows]
     s_model = slope(xs, [r["model_steps_s"] for r in rows])
     s_wall = slope(xs, [r["wall_s"] for r in rows])
@@ -100,6 +56,52 @@ def main() -> None:
         Path(args.output).write_text(
             json.dumps({"sizes": sizes, "rows": rows, "slope_model_steps": s_model, "slope_wall": s_wall}, indent=1)
         )
+
+
+def run_size(n: int, args, tmp: str) -> dict:
+    """`dr round` at ``n_prompts=n`` in a fresh process and store: its wall time and model steps' seconds."""
+    out = Path(tmp) / f"n{n}.json"
+    cmd = [
+        sys.executable,
+        "-m",
+        "cli.main",
+        "round",
+        "--preset",
+        args.preset,
+        "--store",
+        f"{tmp}/s{n}",
+        "--run-id",
+        "scale",
+        "--set",
+        f"n_prompts={n}",
+        "--json",
+        str(out),
+    ]
+    cmd += [] if args.eval else ["--no-eval"]
+    cmd += ["--engines", args.engines] if args.engines else []
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    if proc.returncode != 0:
+        sys.exit(f"dr round n_prompts={n} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    res = json.loads(out.read_text())
+    steps = {k: v["seconds"] for k, v in res["steps"].items() if k in MODEL_STEPS}
+    model = sum(steps.values())
+    row = {
+        "n_prompts": n,
+        "wall_s": round(wall, 1),
+        "model_steps_s": round(model, 1),
+        "per_prompt_s": round(model / n, 2),
+        "steps": steps,
+        "verdicts": res["summary"].get("verdicts"),
+        "responses": res["summary"].get("responses"),
+    }
+    print(
+        f"n_prompts={n:3d}  wall {wall:7.1f} s  model steps {model:7.1f} s  per prompt {model / n:6.2f} s  "
+        f"verdicts {row['verdicts']}",
+        flush=True,
+    )
+    return row
 
 
 if __name__ == "__main__":

@@ -267,7 +267,7 @@ def fmt(v, spec: str) -> str:
     return "n/a" if v is None else format(v, spec)
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--requests", type=int, default=16, help="sets per measured phase (default 16)")
     ap.add_argument("--clients", type=int, default=16, help="concurrent clients in the concurrent phase")
@@ -279,7 +279,11 @@ def main() -> None:
     args = ap.parse_args()
     if args.requests < 1 or args.clients < 1 or args.responses_per_set < 2:
         ap.error("--requests and --clients must be >= 1, --responses-per-set >= 2")
+    return args
 
+
+def main() -> None:
+    args = parse_args()
     t0 = time.perf_counter()
     n = args.requests
     sets = make_sets(WARMUP + 2 * n, args.responses_per_set)
@@ -291,7 +295,33 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="dr-bench-serve-"))
     store, log_path = tmp / "store", tmp / "serve.log"
     run_tag = f"b{int(time.time())}"
-    cmd = [
+    cmd = serve_command(store, port, args.max_batch_sets)
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2")}
+    print(f"$ {' '.join(cmd)}   (log: {log_path})", flush=True)
+    log_file = open(log_path, "w")
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        ready, ready_s, phases = run_phases(base, proc, log_path, (warm, seq_sets, conc_sets), run_tag, args.clients)
+    finally:
+        exit_code = stop_server(proc)
+        log_file.close()
+        if args.keep_store:
+            print(f"store kept: {store} (server log: {log_path})")
+
+    ratios = ratios_of(phases)
+    total = time.perf_counter() - t0
+    print_report(phases, ratios, args.clients, ready_s, total, exit_code)
+    result = result_of(args, env, ready, ready_s, exit_code, phases, ratios, total)
+    out = Path(args.output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {out}")
+    if not args.keep_store:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def serve_command(store: Path, port: int, max_batch_sets: int) -> list[str]:
+    return [
         sys.executable,
         "-m",
         "cli.main",
@@ -303,56 +333,57 @@ def main() -> None:
         "--port",
         str(port),
         "--max-batch-sets",
-        str(args.max_batch_sets),
+        str(max_batch_sets),
         "--run-id",
         "bench-serve",
     ]
-    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2")}
-    print(f"$ {' '.join(cmd)}   (log: {log_path})", flush=True)
-    log_file = open(log_path, "w")
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)
-    phases, exit_code = {}, None
-    try:
-        ready, ready_s = wait_ready(base, proc, log_path, READY_TIMEOUT_S)
-        print(f"ready after {ready_s:.1f} s: {ready}", flush=True)
-        with httpx.Client(timeout=HTTP_TIMEOUT_S) as mc:
-            m0 = read_metrics(mc, base)
-            recs, wall = run_sequential(base, warm, f"{run_tag}-warm")
-            m1 = read_metrics(mc, base)
-            phases["warmup"] = summarize("warmup", recs, wall, batch_delta(m0, m1))
-            print(f"warm-up: {len(recs)} requests in {wall:.1f} s", flush=True)
 
-            recs, wall = run_sequential(base, seq_sets, f"{run_tag}-seq")
-            m2 = read_metrics(mc, base)
-            phases["sequential"] = summarize("sequential", recs, wall, batch_delta(m1, m2))
-            print(f"sequential: {len(recs)} requests in {wall:.1f} s", flush=True)
 
-            recs, wall = run_concurrent(base, conc_sets, f"{run_tag}-conc", args.clients)
-            m3 = read_metrics(mc, base)
-            phases["concurrent"] = summarize("concurrent", recs, wall, batch_delta(m2, m3))
-            print(f"concurrent ({args.clients} clients): {len(recs)} requests in {wall:.1f} s", flush=True)
-    finally:
-        exit_code = stop_server(proc)
-        log_file.close()
-        if args.keep_store:
-            print(f"store kept: {store} (server log: {log_path})")
+def run_phases(base: str, proc, log_path: Path, sets: tuple, run_tag: str, clients: int) -> tuple:
+    """Wait for the server, then warm-up, sequential and concurrent, each with the engine batches' deltas of
+    ``GET /metrics`` across it. Returns (``/ready``'s answer, seconds until ready, the phases' summaries)."""
+    warm, seq_sets, conc_sets = sets
+    phases = {}
+    ready, ready_s = wait_ready(base, proc, log_path, READY_TIMEOUT_S)
+    print(f"ready after {ready_s:.1f} s: {ready}", flush=True)
+    with httpx.Client(timeout=HTTP_TIMEOUT_S) as mc:
+        m0 = read_metrics(mc, base)
+        recs, wall = run_sequential(base, warm, f"{run_tag}-warm")
+        m1 = read_metrics(mc, base)
+        phases["warmup"] = summarize("warmup", recs, wall, batch_delta(m0, m1))
+        print(f"warm-up: {len(recs)} requests in {wall:.1f} s", flush=True)
 
+        recs, wall = run_sequential(base, seq_sets, f"{run_tag}-seq")
+        m2 = read_metrics(mc, base)
+        phases["sequential"] = summarize("sequential", recs, wall, batch_delta(m1, m2))
+        print(f"sequential: {len(recs)} requests in {wall:.1f} s", flush=True)
+
+        recs, wall = run_concurrent(base, conc_sets, f"{run_tag}-conc", clients)
+        m3 = read_metrics(mc, base)
+        phases["concurrent"] = summarize("concurrent", recs, wall, batch_delta(m2, m3))
+        print(f"concurrent ({clients} clients): {len(recs)} requests in {wall:.1f} s", flush=True)
+    return ready, ready_s, phases
+
+
+def ratios_of(phases: dict) -> dict:
     seq, conc = phases["sequential"], phases["concurrent"]
 
     def ratio(key: str) -> float | None:
         a, b = conc.get(key), seq.get(key)
         return round(a / b, 3) if a is not None and b else None
 
-    ratios = {
+    return {
         "throughput_concurrent_over_sequential": ratio("throughput_sets_per_s"),
         "p50_latency_concurrent_over_sequential": ratio("latency_p50_s"),
     }
-    total = time.perf_counter() - t0
 
+
+def print_report(phases: dict, ratios: dict, clients: int, ready_s: float, total: float, exit_code) -> None:
+    """The markdown table of the two measured phases, the ratios, the stage seconds and the first errors."""
     rows = [("mode", "requests", "ok", "wall s", "sets/s", "p50 s", "p95 s", "batches", "mean sets/batch")]
     for name in ("sequential", "concurrent"):
         p = phases[name]
-        label = name if name == "sequential" else f"concurrent ({args.clients} clients)"
+        label = name if name == "sequential" else f"concurrent ({clients} clients)"
         rows.append(
             (
                 label,
@@ -386,11 +417,13 @@ def main() -> None:
         for e in p["errors"][:3]:
             print(f"  {name} error: {e['request_id']} status {e['status']}: {e['error'][:300]}")
 
-    result = {
+
+def result_of(args, env: dict, ready, ready_s: float, exit_code, phases: dict, ratios: dict, total: float) -> dict:
+    return {
         "benchmark": "bench_serve",
         "command": " ".join([Path(sys.executable).name] + sys.argv),
         "config": {
-            "requests": n,
+            "requests": args.requests,
             "clients": args.clients,
             "responses_per_set": args.responses_per_set,
             "max_batch_sets": args.max_batch_sets,
@@ -406,12 +439,6 @@ def main() -> None:
         "ratios": ratios,
         "total_wall_s": round(total, 1),
     }
-    out = Path(args.output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {out}")
-    if not args.keep_store:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -61,74 +61,87 @@ def generate(store: Store, rows: int, rounds: int, rollouts: int, items: int, se
     rng = np.random.default_rng(seed)
     per_set = rollouts * items * (K_POLICY + N_ANCHOR)
     sets = max(1, rows // (per_set * rounds))
-    targets = np.array(["C"] * K_POLICY + ["anchor"] * N_ANCHOR)
-    responses = np.concatenate([np.arange(K_POLICY), np.arange(1, N_ANCHOR + 1)]).astype(np.int32)
     total = 0
     for rnd in range(rounds):
         set_id = np.arange(sets, dtype=np.int64) + rnd * sets
-        # verdict order: set, rollout, item, response
-        grid = np.stack(
-            np.meshgrid(set_id, np.arange(rollouts), np.arange(items), np.arange(K_POLICY + N_ANCHOR), indexing="ij"),
-            axis=-1,
-        ).reshape(-1, 4)
-        n = len(grid)
-        p_yes = 0.8 - 0.05 * responses[grid[:, 3]] * (targets[grid[:, 3]] == "anchor")  # better anchors say yes more
-        verdict = pa.array(rng.random(n) < p_yes, mask=rng.random(n) < 0.02)
-        store.write(
-            "verdicts",
-            pa.table(
-                {
-                    "stage": pa.array(["generator"] * n),
-                    "set_id": grid[:, 0],
-                    "rollout": grid[:, 1].astype(np.int32),
-                    "item": grid[:, 2].astype(np.int32),
-                    "target": pa.array(targets[grid[:, 3]]),
-                    "response": responses[grid[:, 3]],
-                    "verdict": verdict,
-                    "verifier": pa.array(["bench-verifier"] * n),
-                }
-            ),
-            part="verify",
-            run_id="bench",
-            round=rnd,
-        )
-        rgrid = np.stack(np.meshgrid(set_id, np.arange(rollouts), np.arange(items), indexing="ij"), -1).reshape(-1, 3)
-        m = len(rgrid)
-        store.write(
-            "rubrics",
-            pa.table(
-                {
-                    "stage": pa.array(["generator"] * m),
-                    "set_id": rgrid[:, 0],
-                    "generator_ckpt": pa.array(["g"] * m),
-                    "rollout": rgrid[:, 1].astype(np.int32),
-                    "item": rgrid[:, 2].astype(np.int32),
-                    "criterion": pa.array([f"criterion {i}" for i in rgrid[:, 2]]),
-                    "weight": rng.integers(1, 6, m).astype(np.int8),
-                }
-            ),
-            part="generate",
-            run_id="bench",
-            round=rnd,
-        )
-        g = sets * rollouts
-        store.write(
-            "rewards",
-            pa.table(
-                {
-                    "stage": pa.array(["generator"] * g),
-                    "set_id": np.repeat(set_id, rollouts),
-                    "rollout": np.tile(np.arange(rollouts, dtype=np.int32), sets),
-                    "r_disc": rng.random(g) * 0.25,
-                    "r_anchor": -rng.random(g),
-                }
-            ),
-            part="reward",
-            run_id="bench",
-            round=rnd,
-        )
-        total += n
+        total += _write_verdicts(store, rng, rnd, set_id, rollouts, items)
+        _write_rubrics(store, rng, rnd, set_id, rollouts, items)
+        _write_rewards(store, rng, rnd, set_id, rollouts)
     return total
+
+
+def _write_verdicts(store: Store, rng, rnd: int, set_id, rollouts: int, items: int) -> int:
+    """One round's verdicts, in the order set, rollout, item, response; returns their number."""
+    targets = np.array(["C"] * K_POLICY + ["anchor"] * N_ANCHOR)
+    responses = np.concatenate([np.arange(K_POLICY), np.arange(1, N_ANCHOR + 1)]).astype(np.int32)
+    grid = np.stack(
+        np.meshgrid(set_id, np.arange(rollouts), np.arange(items), np.arange(K_POLICY + N_ANCHOR), indexing="ij"),
+        axis=-1,
+    ).reshape(-1, 4)
+    n = len(grid)
+    p_yes = 0.8 - 0.05 * responses[grid[:, 3]] * (targets[grid[:, 3]] == "anchor")  # better anchors say yes more
+    verdict = pa.array(rng.random(n) < p_yes, mask=rng.random(n) < 0.02)
+    store.write(
+        "verdicts",
+        pa.table(
+            {
+                "stage": pa.array(["generator"] * n),
+                "set_id": grid[:, 0],
+                "rollout": grid[:, 1].astype(np.int32),
+                "item": grid[:, 2].astype(np.int32),
+                "target": pa.array(targets[grid[:, 3]]),
+                "response": responses[grid[:, 3]],
+                "verdict": verdict,
+                "verifier": pa.array(["bench-verifier"] * n),
+            }
+        ),
+        part="verify",
+        run_id="bench",
+        round=rnd,
+    )
+    return n
+
+
+def _write_rubrics(store: Store, rng, rnd: int, set_id, rollouts: int, items: int) -> None:
+    rgrid = np.stack(np.meshgrid(set_id, np.arange(rollouts), np.arange(items), indexing="ij"), -1).reshape(-1, 3)
+    m = len(rgrid)
+    store.write(
+        "rubrics",
+        pa.table(
+            {
+                "stage": pa.array(["generator"] * m),
+                "set_id": rgrid[:, 0],
+                "generator_ckpt": pa.array(["g"] * m),
+                "rollout": rgrid[:, 1].astype(np.int32),
+                "item": rgrid[:, 2].astype(np.int32),
+                "criterion": pa.array([f"criterion {i}" for i in rgrid[:, 2]]),
+                "weight": rng.integers(1, 6, m).astype(np.int8),
+            }
+        ),
+        part="generate",
+        run_id="bench",
+        round=rnd,
+    )
+
+
+def _write_rewards(store: Store, rng, rnd: int, set_id, rollouts: int) -> None:
+    sets = len(set_id)
+    g = sets * rollouts
+    store.write(
+        "rewards",
+        pa.table(
+            {
+                "stage": pa.array(["generator"] * g),
+                "set_id": np.repeat(set_id, rollouts),
+                "rollout": np.tile(np.arange(rollouts, dtype=np.int32), sets),
+                "r_disc": rng.random(g) * 0.25,
+                "r_anchor": -rng.random(g),
+            }
+        ),
+        part="reward",
+        run_id="bench",
+        round=rnd,
+    )
 
 
 def timed(fn, repeat: int) -> tuple[float, object]:

@@ -28,6 +28,7 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -163,7 +164,35 @@ def rate(verdicts: list[int | None]) -> tuple[float | None, int]:
     return (sum(scored) / len(scored) if scored else None), len(scored)
 
 
-def main() -> None:
+def pair_scores(layout: list, verdicts: list) -> list[tuple]:
+    """Eq. 12 scores (chosen, rejected) of each pair from its rubric's verdicts ((None, None): no usable rubric);
+    ``layout``: per pair, where its checks start in ``verdicts`` and its rubric's weights."""
+    scores = []
+    for lay in layout:
+        if lay is None:
+            scores.append((None, None))
+            continue
+        start, weights = lay
+        m = len(weights)
+        matrix = [verdicts[start : start + m], verdicts[start + m : start + 2 * m]]
+        scores.append(tuple(rubric_scores(weights, matrix)))
+    return scores
+
+
+@dataclass
+class Inputs:
+    """What every verifier is run on: the probe, the pairs' checks (``layout`` per pair: where its checks start
+    and its rubric's weights, None without a usable rubric) and the store's sets with their checks."""
+
+    checks: list[Check]
+    expected: list[int]
+    pair_checks: list[Check]
+    layout: list
+    sets: list[dict]
+    set_checks: list[Check]
+
+
+def parse_args() -> tuple[argparse.Namespace, list[tuple[str, str]]]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
         "--models", nargs="*", default=None, help="bundled verifier models (default: every prepared bundled model)"
@@ -188,19 +217,48 @@ def main() -> None:
     procedures = [tuple(p.split("/")) for p in args.procedures]
     if not set(procedures) <= set(PROCEDURES):
         ap.error(f"--procedures: choose among {', '.join(f'{m}/{s}' for m, s in PROCEDURES)}")
-    from dr_core.engines import make_engine
-    from dr_core.model import BUNDLED, is_bundled, is_prepared, prepare
+    return args, procedures
+
+
+def main() -> None:
+    args, procedures = parse_args()
+    from dr_core.model import BUNDLED, is_prepared
 
     models = args.models or [n for n in BUNDLED if is_prepared(n)]
     checks, expected = load_probe()
     pairs = load_pairs(args.pairs)
+    pair_checks, layout = pair_rubric_checks(args.generator, pairs)
+    sets = store_sets(args.sets_store, args.sets_run_id) if args.sets_store else []
+    set_checks = [
+        Check(s["prompt"], resp, crit) for s in sets for resp in s["C"] + s["anchors"] for crit, _w in s["items"]
+    ]
+    if sets:
+        print(f"store sets: {len(sets)} rubric x set pairs, {len(set_checks)} checks", flush=True)
+    inputs = Inputs(checks, expected, pair_checks, layout, sets, set_checks)
+    results = [row for name in models for row in run_model(name, procedures, inputs)]
+    out = {
+        "generator": args.generator,
+        "sets_store": args.sets_store,
+        "pairs": args.pairs,
+        "rubric_usable": sum(x is not None for x in layout),
+        "results": results,
+    }
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(out, indent=2, default=float) + "\n")
+    print_table(results, bool(sets))
+    print(f"wrote {args.output}")
 
-    # -- rubrics, once, from one generator --
+
+def pair_rubric_checks(generator: str, pairs: list) -> tuple[list[Check], list]:
+    """One rubric per pair, written once by ``generator``, and its checks on the chosen and the rejected answer."""
+    from dr_core.engines import make_engine
+    from dr_core.model import is_bundled, prepare
+
     rubrics, gseconds = [], 0.0
     if pairs:
-        if is_bundled(args.generator):
-            prepare(args.generator, print)
-        gen = make_engine(engine_config(model=args.generator, max_model_len=4096))
+        if is_bundled(generator):
+            prepare(generator, print)
+        gen = make_engine(engine_config(model=generator, max_model_len=4096))
         try:
             items = [EvalItem(p, (c, r)) for _src, p, c, r in pairs]
             rubrics, gstats = generate_rubrics(gen, items, [0])
@@ -221,63 +279,56 @@ def main() -> None:
         f"{gseconds:.0f} s",
         flush=True,
     )
+    return pair_checks, layout
 
-    sets = store_sets(args.sets_store, args.sets_run_id) if args.sets_store else []
-    set_checks = [
-        Check(s["prompt"], resp, crit) for s in sets for resp in s["C"] + s["anchors"] for crit, _w in s["items"]
-    ]
-    if sets:
-        print(f"store sets: {len(sets)} rubric x set pairs, {len(set_checks)} checks", flush=True)
-    results = []
-    for name in models:
-        prepare(name, print)
-        engine = make_engine(engine_config(model=name, max_model_len=4096))
-        try:
-            for mode, style in procedures:
-                engine.reset_prefix_cache()  # each procedure from a cold cache: its speed is its own
-                t = time.perf_counter()
-                probe, _ = verify(engine, checks, verdict_mode=mode, verifier_prompt=style)
-                on_pairs, _ = verify(engine, pair_checks, verdict_mode=mode, verifier_prompt=style)
-                on_sets = verify(engine, set_checks, verdict_mode=mode, verifier_prompt=style)[0] if sets else []
-                secs = time.perf_counter() - t
-                scores = []
-                for lay in layout:
-                    if lay is None:
-                        scores.append((None, None))
-                        continue
-                    start, weights = lay
-                    m = len(weights)
-                    matrix = [on_pairs[start : start + m], on_pairs[start + m : start + 2 * m]]
-                    scores.append(tuple(rubric_scores(weights, matrix)))
-                p_yes, p_n = rate(probe)
-                v_yes, v_n = rate(on_pairs)
-                row = {
-                    "model": name,
-                    "verdict_mode": mode,
-                    "verifier_prompt": style,
-                    "probe_accuracy": sum(v == e for v, e in zip(probe, expected)) / len(expected),
-                    "probe_yes_rate": p_yes,
-                    "probe_n": len(expected),
-                    "pairs_yes_rate": v_yes,
-                    "pairs_checks": v_n,
-                    **pair_metrics(scores),
-                    "seconds": round(secs, 1),
-                    "verdicts_per_s": round((len(checks) + len(pair_checks) + len(set_checks)) / secs, 2),
-                    **(set_metrics(sets, on_sets) if sets else {}),
-                }
-                results.append(row)
-                print(json.dumps(row, default=float), flush=True)
-        finally:
-            engine.close()
-    out = {
-        "generator": args.generator,
-        "sets_store": args.sets_store,
-        "pairs": args.pairs,
-        "rubric_usable": sum(x is not None for x in layout),
-        "results": results,
+
+def run_model(name: str, procedures: list[tuple[str, str]], inputs: Inputs) -> list[dict]:
+    """One verifier model through every procedure, each from a cold prefix cache; a result row per procedure."""
+    from dr_core.engines import make_engine
+    from dr_core.model import prepare
+
+    rows = []
+    prepare(name, print)
+    engine = make_engine(engine_config(model=name, max_model_len=4096))
+    try:
+        for mode, style in procedures:
+            engine.reset_prefix_cache()  # each procedure from a cold cache: its speed is its own
+            t = time.perf_counter()
+            probe, _ = verify(engine, inputs.checks, verdict_mode=mode, verifier_prompt=style)
+            on_pairs, _ = verify(engine, inputs.pair_checks, verdict_mode=mode, verifier_prompt=style)
+            on_sets = (
+                verify(engine, inputs.set_checks, verdict_mode=mode, verifier_prompt=style)[0] if inputs.sets else []
+            )
+            secs = time.perf_counter() - t
+            row = procedure_row(name, mode, style, inputs, probe, on_pairs, on_sets, secs)
+            rows.append(row)
+            print(json.dumps(row, default=float), flush=True)
+    finally:
+        engine.close()
+    return rows
+
+
+def procedure_row(name: str, mode: str, style: str, inputs: Inputs, probe, on_pairs, on_sets, secs: float) -> dict:
+    p_yes, p_n = rate(probe)
+    v_yes, v_n = rate(on_pairs)
+    n_checks = len(inputs.checks) + len(inputs.pair_checks) + len(inputs.set_checks)
+    return {
+        "model": name,
+        "verdict_mode": mode,
+        "verifier_prompt": style,
+        "probe_accuracy": sum(v == e for v, e in zip(probe, inputs.expected)) / len(inputs.expected),
+        "probe_yes_rate": p_yes,
+        "probe_n": len(inputs.expected),
+        "pairs_yes_rate": v_yes,
+        "pairs_checks": v_n,
+        **pair_metrics(pair_scores(inputs.layout, on_pairs)),
+        "seconds": round(secs, 1),
+        "verdicts_per_s": round(n_checks / secs, 2),
+        **(set_metrics(inputs.sets, on_sets) if inputs.sets else {}),
     }
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(out, indent=2, default=float) + "\n")
+
+
+def print_table(results: list[dict], with_sets: bool) -> None:
     print(
         "\n| model | verdict mode | prompt | probe acc. (n=24) | probe yes | pair-check yes (n) | ties "
         "| strict acc. (n) | decisive acc. (n) | verdicts/s |"
@@ -293,11 +344,10 @@ def main() -> None:
             + (
                 f" sets: yes {f(r['sets_yes_rate'])} ({r['sets_checks']}), constant "
                 f"{f(r['constant_score_share'])} of {r['sets']}"
-                if sets
+                if with_sets
                 else ""
             )
         )
-    print(f"wrote {args.output}")
 
 
 if __name__ == "__main__":

@@ -256,7 +256,7 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--prompts", type=int, default=3, help="anchor prompts from the bundled AlpacaEval slice")
     ap.add_argument("--responses", type=int, default=3, help="responses per prompt")
@@ -270,7 +270,9 @@ def main() -> None:
         "--model with the system prompt and structured choice (the naive arm keeps the system wording: "
         "the plain prompt has no criterion-first layout)",
     )
-    ap.add_argument("--dtype", default="auto", help="the engines' dtype (auto: this machine's, dr_core/numerics.py)")
+    ap.add_argument(
+        "--dtype", default="auto", help="the engines' dtype (auto: this machine's, dr_core/config/numerics.py)"
+    )
     ap.add_argument("--today-block-size", type=int, default=128, help="today's engine: vLLM's CPU default")
     ap.add_argument(
         "--new-block-size",
@@ -285,25 +287,15 @@ def main() -> None:
         help="passes over the raw/today/new/leaders arms, interleaved (the median is kept)",
     )
     ap.add_argument("--output", type=Path, help="write the figures as JSON here")
-    args = ap.parse_args()
+    return ap.parse_args()
 
+
+def main() -> None:
+    args = parse_args()
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     from dr_core.engines.vllm_engine import VLLMEngine
-    from dr_core.model import prepare_default_model
 
-    global STYLE, MODE
-    if args.verifier == "tiny":
-        from dr_core.model import prepare
-        from dr_core.presets import preset
-
-        tiny = preset("tiny").engines.verifier
-        args.model, STYLE, MODE = (
-            str(prepare(tiny.model, lambda m: print(m, file=sys.stderr))),
-            tiny.verifier_prompt,
-            tiny.verdict_mode,
-        )
-    elif args.model == "default":
-        prepare_default_model(lambda m: print(m, file=sys.stderr))
+    use_verifier(args)
     rows = load_ranked(bundled("anchors_alpacaeval.jsonl"), limit=args.prompts)
     checks = [
         Check(r.prompt, resp, c)
@@ -311,33 +303,65 @@ def main() -> None:
         for resp in r.responses[: args.responses]
         for c in CRITERIA[: args.criteria]
     ]
+    today = open_engine(VLLMEngine, args, args.today_block_size)
+    new = open_engine(VLLMEngine, args, args.new_block_size)
+    print(f"engines open: today block {today[1]}, new block {new[1]}", file=sys.stderr)
+    naive, naive_v = run_naive(*today, checks)
+    passes, raw_rates, verdicts = interleaved_passes(args.repeats, today, new, checks)
+    per_request = {"today": per_request_cost(today[0], len(checks)), "new": per_request_cost(new[0], len(checks))}
+    decode = {"today": decode_rate(today[0]), "new": decode_rate(new[0])}
+    model_name = new[0].model_name
+    today[0].close()
+    new[0].close()
+    result = summary(args, checks, model_name, naive, naive_v, passes, raw_rates, verdicts, per_request, decode)
+    text = json.dumps(result, indent=2)
+    if args.output:
+        args.output.write_text(text + "\n")
+    print(text)
+    print_report(result, len(checks), args.repeats, len(split_leaders(checks)[0]), (today[1], new[1]))
 
-    def open_engine(block):
-        engine = VLLMEngine(EngineConfig(model=args.model, max_model_len=4096, block_size=block, dtype=args.dtype))
-        # warm up on a long prompt of other text too (the first large prefill of a process is slow)
-        warm = [
-            [{"role": "user", "content": "warm up"}],
-            prompts.verifier_messages("Warm up?", "Warming up the engine. " * 80, "The response is warm.", style=STYLE),
-        ]
-        engine.chat(warm, max_tokens=2, choices=list(prompts.VERDICT_CHOICES))
-        return engine, engine.llm.llm_engine.vllm_config.cache_config.block_size
 
-    today_engine, today_block = open_engine(args.today_block_size)
-    new_engine, new_block = open_engine(args.new_block_size)
-    print(f"engines open: today block {today_block}, new block {new_block}", file=sys.stderr)
+def use_verifier(args) -> None:
+    """``--verifier tiny``: the tiny preset's model, prompt and verdict mode (``STYLE``, ``MODE``); else ``--model``."""
+    from dr_core.model import prepare_default_model
 
-    naive, naive_v = run_naive(today_engine, today_block, checks)
+    global STYLE, MODE
+    if args.verifier == "tiny":
+        from dr_core.config import preset
+        from dr_core.model import prepare
+
+        tiny = preset("tiny").engines.verifier
+        args.model = str(prepare(tiny.model, lambda m: print(m, file=sys.stderr)))
+        STYLE, MODE = tiny.verifier_prompt, tiny.verdict_mode
+    elif args.model == "default":
+        prepare_default_model(lambda m: print(m, file=sys.stderr))
+
+
+def open_engine(engine_cls, args, block) -> tuple:
+    """An engine with KV-cache block size ``block`` (None: the project's), warmed up; (engine, its block size)."""
+    engine = engine_cls(EngineConfig(model=args.model, max_model_len=4096, block_size=block, dtype=args.dtype))
+    # warm up on a long prompt of other text too (the first large prefill of a process is slow)
+    warm = [
+        [{"role": "user", "content": "warm up"}],
+        prompts.verifier_messages("Warm up?", "Warming up the engine. " * 80, "The response is warm.", style=STYLE),
+    ]
+    engine.chat(warm, max_tokens=2, choices=list(prompts.VERDICT_CHOICES))
+    return engine, engine.llm.llm_engine.vllm_config.cache_config.block_size
+
+
+def interleaved_passes(repeats: int, today: tuple, new: tuple, checks: list[Check]) -> tuple[dict, list, dict]:
+    """``repeats`` passes of raw rate, today, new, leaders: (figures per arm and pass, raw rates, verdicts per arm)."""
     passes: dict[str, list[dict]] = {"today": [], "new": [], "leaders": []}
     raw_rates: list[float] = []
     verdicts: dict[str, list] = {}
-    for _ in range(args.repeats):
+    for _ in range(repeats):
         # raw rate of this pass: the faster engine's (a smaller ideal, so a stricter ratio)
-        raw = max(raw_prefill_rate(today_engine, checks), raw_prefill_rate(new_engine, checks))
+        raw = max(raw_prefill_rate(today[0], checks), raw_prefill_rate(new[0], checks))
         raw_rates.append(raw)
         for name, run in (
-            ("today", lambda: run_verify("today", today_engine, today_block, checks)),
-            ("new", lambda: run_verify("new", new_engine, new_block, checks)),
-            ("leaders", lambda: run_leaders(new_engine, new_block, checks)),
+            ("today", lambda: run_verify("today", *today, checks)),
+            ("new", lambda: run_verify("new", *new, checks)),
+            ("leaders", lambda: run_leaders(*new, checks)),
         ):
             fig, v = run()
             fig["raw_prefill_tokens_per_s"] = raw
@@ -346,15 +370,11 @@ def main() -> None:
             passes[name].append(fig)
             if verdicts.setdefault(name, v) != v:
                 verdicts[name + " (rerun differs)"] = v
-    per_request = {
-        "today": per_request_cost(today_engine, len(checks)),
-        "new": per_request_cost(new_engine, len(checks)),
-    }
-    decode = {"today": decode_rate(today_engine), "new": decode_rate(new_engine)}
-    model_name = new_engine.model_name
-    today_engine.close()
-    new_engine.close()
+    return passes, raw_rates, verdicts
 
+
+def summary(args, checks, model_name, naive, naive_v, passes, raw_rates, verdicts, per_request, decode) -> dict:
+    """The result JSON: each arm's median pass, the ratios, and the new arm's cost split against the ideal."""
     raw_rate = statistics.median(raw_rates)
     # each arm: its median pass (by time); its cost over the ideal is the median of the per-pass ratios
     chosen = {}
@@ -365,20 +385,18 @@ def main() -> None:
     naive["raw_prefill_tokens_per_s"] = raw_rate
     naive["ideal_ms_per_verdict"] = 1000 * naive["unique_prompt_tokens"] / raw_rate / naive["verdicts"]
     naive["cost_over_ideal"] = naive["ms_per_verdict"] / naive["ideal_ms_per_verdict"]
-    arms = [naive, chosen["today"], chosen["leaders"], chosen["new"]]
     new, today = chosen["new"], chosen["today"]
     ideal_ms = 1000 * new["unique_prompt_tokens"] / raw_rate / new["verdicts"]
     block_ms = 1000 * (new["computed_prompt_tokens"] - new["unique_prompt_tokens"]) / raw_rate / new["verdicts"]
-    request_ms = 1000 * per_request["new"]
     same = verdicts["today"] == verdicts["leaders"] == verdicts["new"] and not any("rerun" in k for k in verdicts)
-    result = {
+    return {
         "model": model_name,
         "checks": len(checks),
         "prompts": args.prompts,
         "responses_per_prompt": args.responses,
         "criteria_per_response": args.criteria,
         "repeats": args.repeats,
-        "arms": arms,
+        "arms": [naive, chosen["today"], chosen["leaders"], chosen["new"]],
         "all_passes": passes,
         "raw_prefill_tokens_per_s": raw_rate,
         "raw_prefill_tokens_per_s_per_pass": raw_rates,
@@ -391,35 +409,37 @@ def main() -> None:
         "new_token_floor_over_unique": new["computed_prompt_tokens"] / new["unique_prompt_tokens"],
         "new_block_granularity_ms_per_verdict": block_ms,
         "per_request_ms": {k: 1000 * v for k, v in per_request.items()},
-        "new_explained_ms_per_verdict": ideal_ms + block_ms + request_ms,
+        "new_explained_ms_per_verdict": ideal_ms + block_ms + 1000 * per_request["new"],
         "decode_output_tokens_per_s": decode,
         "same_verdicts_today_leaders_new": same,
         "naive_agrees_with_new": sum(a == b for a, b in zip(naive_v, verdicts["new"])) / len(checks),
         "verdicts": verdicts,
     }
-    text = json.dumps(result, indent=2)
-    if args.output:
-        args.output.write_text(text + "\n")
-    print(text)
+
+
+def print_report(result: dict, n_checks: int, repeats: int, n_leaders: int, blocks: tuple[int, int]) -> None:
+    """The run in words on stderr: the raw rate, the arms' table, the ratios and the new arm's cost explained."""
+    today, new, same = result["arms"][1], result["arms"][3], result["same_verdicts_today_leaders_new"]
+    ideal_ms, block_ms = result["ideal_unique_prefill_ms_per_verdict"], result["new_block_granularity_ms_per_verdict"]
+    request_ms, decode = result["per_request_ms"], result["decode_output_tokens_per_s"]
     print(
-        f"\n{len(checks)} verdicts, {args.repeats} interleaved passes (median); raw prefill "
-        f"{raw_rate:.0f} tok/s (cold prefill of the {len(split_leaders(checks)[0])} distinct prefixes, per pass: "
-        f"{', '.join(f'{r:.0f}' for r in raw_rates)}; the naive arm computed "
-        f"{naive['computed_prompt_tokens_per_s']:.0f} tok/s); ideal {ideal_ms:.0f} ms/verdict (unique tokens at the "
+        f"\n{n_checks} verdicts, {repeats} interleaved passes (median); raw prefill "
+        f"{result['raw_prefill_tokens_per_s']:.0f} tok/s (cold prefill of the {n_leaders} distinct prefixes, per pass: "
+        f"{', '.join(f'{r:.0f}' for r in result['raw_prefill_tokens_per_s_per_pass'])}; the naive arm computed "
+        f"{result['naive_computed_tokens_per_s']:.0f} tok/s); ideal {ideal_ms:.0f} ms/verdict (unique tokens at the "
         "raw rate)\n",
         file=sys.stderr,
     )
-    print(table(arms), file=sys.stderr)
+    print(table(result["arms"]), file=sys.stderr)
     print(
         f"\nnew/today: {result['ratio_new_over_today_verdicts_per_s']:.2f}x verdicts/s; today/naive "
         f"{result['ratio_today_over_naive_verdicts_per_s']:.1f}x; new costs {new['cost_over_ideal']:.2f}x the ideal "
         f"(today {today['cost_over_ideal']:.2f}x); its token floor (computed / unique) is "
         f"{result['new_token_floor_over_unique']:.2f}x.\nnew = ideal {ideal_ms:.0f} + block granularity "
-        f"{block_ms:.0f} "
-        f"({new['computed_prompt_tokens'] - new['unique_prompt_tokens']:,} tokens) + per-request {request_ms:.0f} "
-        f"(1-token prompts; today's engine {1000 * per_request['today']:.0f}) = "
+        f"{block_ms:.0f} ({new['computed_prompt_tokens'] - new['unique_prompt_tokens']:,} tokens) + per-request "
+        f"{request_ms['new']:.0f} (1-token prompts; today's engine {request_ms['today']:.0f}) = "
         f"{result['new_explained_ms_per_verdict']:.0f} ms explained of {new['ms_per_verdict']:.0f} measured.\n"
-        f"decode (4 x 64 tokens): block {today_block} {decode['today']:.1f} tok/s, block {new_block} "
+        f"decode (4 x 64 tokens): block {blocks[0]} {decode['today']:.1f} tok/s, block {blocks[1]} "
         f"{decode['new']:.1f} tok/s.\nsame verdicts today / leaders / new: {'yes' if same else 'NO'}; naive agrees "
         f"on {result['naive_agrees_with_new']:.0%} (differently worded questions).",
         file=sys.stderr,

@@ -3,7 +3,7 @@
     python infra/benchmarks/scale_model.py                       # the paper preset, the README's table
     python infra/benchmarks/scale_model.py --response-tokens 2000 --items 16 --decode-tps 3000
 
-Counts come from the preset (dr_core.presets.coevolve_preset): prompts, K, anchors, rubric rollouts, GRPO steps and
+Counts come from the preset (dr_core.config.coevolve_preset): prompts, K, anchors, rubric rollouts, GRPO steps and
 batch sizes. Lengths the preset only bounds (a response, a rubric, items per rubric) are assumptions, given as
 flags and printed with the table. Throughput per GPU is a published figure, not a measurement (no GPU was lent to
 this issue): decode 5,777 output tokens/s for Llama-3.1-8B on one H100 with vLLM (Red Hat's MLPerf Inference v5.1
@@ -131,7 +131,7 @@ def main(argv=None) -> None:
     a.mfu_flops = a.mfu * 989e12
     prefill_tps = a.prefill_tps or a.mfu_flops / (2 * a.params)
 
-    from dr_core.presets import coevolve_preset
+    from dr_core.config import coevolve_preset
 
     cfg = coevolve_preset(a.preset)
     work = round_work(cfg, a)
