@@ -20,7 +20,8 @@ MAX_CRITERION_CHARS = 300
 
 # -- roles, stages and the completion marker --------------------------------------------------------------------------
 
-#: The engine roles of a config (dr_core/config.py ``EnginesConfig``): who writes rubrics, who checks them, who answers.
+#: The engine roles of a config (dr_core/config/engines.py ``EnginesConfig``): who writes rubrics, who checks them,
+#: who answers.
 ENGINE_ROLES = ("generator", "verifier", "policy")
 #: The roles that are trained and checkpointed (GRPO updates, the ``checkpoints`` and training tables).
 TRAINED_ROLES = ("generator", "policy")
@@ -29,5 +30,7 @@ TRAINED_ROLES = ("generator", "policy")
 STAGES = ("generator", "policy", "measure", "stale", "fresh", "service")
 #: The file written last into a finished model or checkpoint directory: without it the directory is not usable.
 COMPLETE_MARKER = ".dr-complete"
+#: Partition values (run ids among them) and part names become path segments: keep them plain.
+SEGMENT_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 
 # -- end of roles, stages and the completion marker -----------------------------------------------------------------

@@ -8,7 +8,7 @@ The points (name, qualifiers, where):
 - ``sample``, ``generate-rubrics``, ``verify`` (qualifier: the stage, e.g. ``verify:measure``): in
   ``dr_core.runs.round_steps.sample_sets`` / ``generate_rubric_rows`` / ``verify_sets``, after the step's model work
   and before its rows are returned to the task that writes them (so inside the Prefect step, before its store write);
-- ``grpo-step``: ``dr_core.train.grpo``, a trainer callback at the end of every optimiser step, before that step's
+- ``grpo-step``: ``dr_core.train.trainer``, a trainer callback at the end of every optimiser step, before that step's
   checkpoint is saved (between two checkpoints);
 - ``serve-batch``: ``dr_core.service.batcher``, after a reward-service batch is scored and before it is written;
 - ``store-write`` (qualifiers: the table, e.g. ``store-write:verdicts``, and the part name, e.g.

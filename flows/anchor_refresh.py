@@ -15,7 +15,7 @@ from __future__ import annotations
 from prefect import flow, get_run_logger
 from pydantic import BaseModel, ConfigDict, Field
 
-from dr_core.presets import coevolve_preset
+from dr_core.config import coevolve_preset
 from dr_core.store.artifacts import SEGMENT_PATTERN, default_store_url
 from flows.coevolve import CoevolveParams, coevolve_flow
 from tasks import anchor_refresh as refresh_tasks
@@ -31,7 +31,7 @@ class AnchorRefreshParams(BaseModel):
     store: str = Field(default_factory=default_store_url, description="Artifact store URL (path or s3://...).")
     incoming: str = Field("incoming/anchors", min_length=1, description="Store prefix where new anchor files land.")
     run_id: str = Field("refresh", pattern=SEGMENT_PATTERN, description="The co-evolution run to continue.")
-    preset: str = Field("tiny", description="Co-evolution preset of the round (dr_core.presets).")
+    preset: str = Field("tiny", description="Co-evolution preset of the round (dr_core.config).")
     min_responses: int = Field(7, ge=1, description="anchor_filter rule 1: minimum list length.")
     n_prompts: int | None = Field(None, ge=1, description="Prompts per round (None: the preset's).")
     train: bool = Field(True, description="Run the co-evolution round (False: stop after filtering).")
@@ -102,7 +102,7 @@ if __name__ == "__main__":
     ap.add_argument("--run-id", default="refresh")
     ap.add_argument("--no-train", action="store_true")
     a = ap.parse_args()
-    from flows.settings import configure_prefect
+    from dr_core.config.runtime import configure_prefect
 
     configure_prefect()
     print(anchor_refresh_flow(store=a.store, incoming=a.incoming, run_id=a.run_id, train=not a.no_train))

@@ -12,8 +12,7 @@ stays frozen (self-contained mode: one backbone for all three roles, set in the 
 Round 0 (``measure_start``) measures P(0) with G(0): the "before" numbers. Every step is a cached, retryable task:
 re-running a finished round does no training and no model work. The result's ``warnings`` say in words when the
 signal degenerated (``dr_core.scoring.signals``): a GRPO step with no gradient, a verifier that says yes (or no) to
-almost
-everything, sets whose scores are constant; they also go to the flow run's log.
+almost everything, sets whose scores are constant; they also go to the flow run's log.
 """
 
 from __future__ import annotations
@@ -21,16 +20,16 @@ from __future__ import annotations
 from prefect import flow, get_run_logger
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from dr_core import numerics
-from dr_core.presets import CoevolveConfig, coevolve_preset
+from dr_core.config import CoevolveConfig, coevolve_preset, numerics
+from dr_core.runs.refs import CheckpointRef, RoundInputs, StepContext, UpdateRef
 from dr_core.scoring import signals
-from dr_core.store.artifacts import SEGMENT_PATTERN, Store, default_store_url
+from dr_core.store.artifacts import SEGMENT_PATTERN, default_store_url
 from flows import runners
-from flows.steps import StepLog, measure, run_step, sample_step, with_models
+from flows.steps import Steps, measure, sample_step, with_models
 from tasks import policy_eval as policy_eval_task
 from tasks import round as round_tasks
 from tasks import train
-from tasks.runtime import model_id, result_storage
+from tasks.runtime import model_id
 
 
 class CoevolveParams(BaseModel):
@@ -83,138 +82,104 @@ def round_warnings(rounds: list[dict]) -> list[str]:
 
 @flow(name="dynamicrubric-coevolve", task_runner=runners.from_env())
 def coevolve_flow(params: CoevolveParams) -> dict:
-    cfg, store, run = params.config, params.store, params.run_id
-    st = Store.from_url(store)
-    storage = result_storage(store)
-    opts = dict(result_storage=storage)
-    first = 0 if cfg.measure_start and params.start_round == 1 else params.start_round
-    gen = params.generator_start or train.base_ref(cfg.round.engines.generator)
-    pol = params.policy_start or train.base_ref(cfg.round.engines.policy)
-    verifier = model_id(cfg.round.engines.verifier)
+    cfg = params.config
+    measure_start = cfg.measure_start and params.start_round == 1
+    steps = Steps(
+        StepContext(store=params.store, run_id=params.run_id, round_no=0 if measure_start else params.start_round)
+    )
+    gen = _start(params.generator_start) or train.base_ref(cfg.round.engines.generator)
+    pol = _start(params.policy_start) or train.base_ref(cfg.round.engines.policy)
     numbers = numerics.describe(cfg.round.engines, {"generator": cfg.generator, "policy": cfg.policy})
     get_run_logger().info(numbers)  # once per run, in the CLI's log and a deployment's alike
 
-    with StepLog(store, run, first) as log:  # select-inputs goes with the first round flushed (0 or start_round)
-        inputs = run_step(round_tasks.select_inputs.with_options(**opts), log, "select-inputs", cfg.round, store)
+    with steps.log:  # select-inputs goes with the first round flushed (0 or start_round)
+        inputs = steps.run(round_tasks.select_inputs, "select-inputs", cfg.round, params.store)
         rounds = []
-        if cfg.measure_start and params.start_round == 1:
-            m0 = measure(with_models(cfg.round, st, gen, pol), store, run, 0, storage, log, inputs=inputs, prefix="r0/")
-            rounds.append({"round": 0, "generator": gen["uri"], "policy": pol["uri"], "measure": m0["summary"]})
-            log.flush()
+        if measure_start:
+            m0 = measure(steps, with_models(cfg.round, steps.store, gen.uri, pol.uri), inputs, prefix="r0/")
+            rounds.append({"round": 0, "generator": gen.uri, "policy": pol.uri, "measure": m0.summary})
+            steps.log.flush()
         for t in range(params.start_round, params.start_round + cfg.rounds):
-            log.round = t
-            rc = with_models(cfg.round, st, gen, pol)
-            sets = sample_step(
-                rc,
-                inputs["prompts"],
-                model_id(rc.engines.policy),
-                store,
-                run,
-                t,
-                "generator",
-                storage,
-                log,
-                f"r{t}/sample-P(t-1)",
-            )
-            new_gen = run_step(
-                train.train_generator.with_options(**opts),
-                log,
-                f"r{t}/train-generator",
-                cfg,
-                inputs["prompts"],
-                sets,
-                inputs["anchors"],
-                gen,
-                verifier,
-                store,
-                run,
-                t,
-            )
-            new_pol = run_step(
-                train.train_policy.with_options(**opts),
-                log,
-                f"r{t}/train-policy",
-                cfg,
-                inputs["prompts"],
-                pol,
-                new_gen,
-                verifier,
-                store,
-                run,
-                t,
-            )
-            gen, pol = new_gen, new_pol
-            m = measure(
-                with_models(cfg.round, st, gen, pol), store, run, t, storage, log, inputs=inputs, prefix=f"r{t}/"
-            )
-            # -- policy evaluation hook (tasks/policy_eval.py): P(t) vs P(0) on held-out prompts -> eval table --
-            pe = (
-                None
-                if cfg.policy_eval is None
-                else run_step(
-                    policy_eval_task.evaluate_policy.with_options(**opts),
-                    log,
-                    f"r{t}/evaluate-policy",
-                    cfg,
-                    pol,
-                    store,
-                    run,
-                    t,
-                )
-            )
-            if pe is not None:  # served from another run's cache: copy its eval rows into this run's partition
-                pe = run_step(round_tasks.adopt, log, f"r{t}/adopt-policy-eval", {"eval": pe}, store, run, t)["eval"]
-            run_step(
-                round_tasks.record_run, log, f"r{t}/record-run", cfg.round, store, run, t, "coevolve-round-complete"
-            )
-            log.flush()
-            rounds.append(
-                {
-                    "round": t,
-                    "generator": gen["uri"],
-                    "policy": pol["uri"],
-                    "measure": m["summary"],
-                    "policy_eval": pe["metrics"] if pe else None,
-                    "generator_update": {k: _num(new_gen.get(k)) for k in ("reward_first", "reward_last")}
-                    | {
-                        k: new_gen.get(k)
-                        for k in (
-                            "steps",
-                            "seconds",
-                            "step_seconds",
-                            "unparseable",
-                            "rollouts",
-                            "rollout_stats",
-                            *SIGNAL_KEYS,
-                        )
-                    },
-                    "policy_update": {k: _num(new_pol.get(k)) for k in ("reward_first", "reward_last")}
-                    | {
-                        k: new_pol.get(k)
-                        for k in (
-                            "steps",
-                            "seconds",
-                            "step_seconds",
-                            "unscorable",
-                            "rollouts",
-                            "rollout_stats",
-                            *SIGNAL_KEYS,
-                        )
-                    },
-                }
-            )
+            steps.log.round = t
+            gen, pol, summary = coevolve_round(steps.at(round_no=t), cfg, inputs, gen, pol)
+            steps.log.flush()
+            rounds.append(summary)
     found = round_warnings(rounds)
     for w in found:  # also in the flow run's log: a scheduled run (anchor refresh) has no CLI to print them
         get_run_logger().warning(w)
     return {
-        "run_id": run,
+        "run_id": params.run_id,
         "numerics": numbers,
         "rounds": rounds,
-        "steps": dict(log),
-        "generator": gen,
-        "policy": pol,
+        "steps": dict(steps.log),
+        "generator": gen.model_dump(),
+        "policy": pol.model_dump(),
         "warnings": found,
         "signal_checks": signals.signal_checks(rounds),
+    }
+
+
+def _start(ref: dict | None) -> CheckpointRef | None:
+    return None if ref is None else CheckpointRef(uri=ref["uri"], fingerprint=ref["fingerprint"])
+
+
+def coevolve_round(
+    steps: Steps, cfg: CoevolveConfig, inputs: RoundInputs, gen: CheckpointRef, pol: CheckpointRef
+) -> tuple[UpdateRef, UpdateRef, dict]:
+    """Round t = ``steps.ctx.round_no`` of Algorithm 1: sample C from P(t-1), update G, update P with the new G,
+    measure P(t) with G(t), evaluate P(t) against P(0). Returns G(t), P(t) and the round's summary."""
+    t, st = steps.ctx.round_no, steps.store
+    verifier = model_id(cfg.round.engines.verifier)
+    rc = with_models(cfg.round, st, gen.uri, pol.uri)
+    gen_steps = steps.at(stage="generator")
+    sets = sample_step(gen_steps, rc, inputs, model_id(rc.engines.policy), f"r{t}/sample-P(t-1)")
+    new_gen = steps.run(train.train_generator, f"r{t}/train-generator", gen_steps.ctx, cfg, inputs, sets, gen, verifier)
+    new_pol = steps.run(
+        train.train_policy,
+        f"r{t}/train-policy",
+        steps.ctx.at(stage="policy"),
+        cfg,
+        inputs.prompts,
+        pol,
+        new_gen,
+        verifier,
+    )
+    m = measure(steps, with_models(cfg.round, st, new_gen.uri, new_pol.uri), inputs, prefix=f"r{t}/")
+    pe = _evaluate_policy(steps, cfg, new_pol)
+    steps.run(round_tasks.record_run, f"r{t}/record-run", steps.ctx, cfg.round, "coevolve-round-complete")
+    summary = {
+        "round": t,
+        "generator": new_gen.uri,
+        "policy": new_pol.uri,
+        "measure": m.summary,
+        "policy_eval": pe.metrics if pe else None,
+        "generator_update": _update_summary(new_gen, "unparseable"),
+        "policy_update": _update_summary(new_pol, "unscorable"),
+    }
+    return new_gen, new_pol, summary
+
+
+def _evaluate_policy(steps: Steps, cfg: CoevolveConfig, pol: UpdateRef):
+    """P(t) against P(0) on held-out prompts (tasks/policy_eval.py), its eval rows in this run's partition."""
+    if cfg.policy_eval is None:
+        return None
+    t = steps.ctx.round_no
+    pe = steps.run(policy_eval_task.evaluate_policy, f"r{t}/evaluate-policy", steps.ctx, cfg, pol.checkpoint)
+    # served from another run's cache: copy its eval rows into this run's partition
+    return steps.run(round_tasks.adopt, f"r{t}/adopt-policy-eval", steps.ctx, {"eval": pe})["eval"]
+
+
+def _update_summary(ref: UpdateRef, counted: str) -> dict:
+    """What the round summary shows of an update."""
+    extra = ref.model_extra or {}
+    return {k: _num(getattr(ref, k)) for k in ("reward_first", "reward_last")} | {
+        "steps": ref.steps,
+        "seconds": ref.seconds,
+        "step_seconds": ref.step_seconds,
+        counted: extra.get(counted),
+        "rollouts": ref.rollouts,
+        "rollout_stats": ref.rollout_stats,
+        **{k: getattr(ref, k) for k in SIGNAL_KEYS},
     }
 
 

@@ -13,13 +13,12 @@ from __future__ import annotations
 from prefect import flow, get_run_logger
 from pydantic import BaseModel, ConfigDict, Field
 
-from dr_core import numerics
-from dr_core.presets import RoundConfig, preset
+from dr_core.config import RoundConfig, numerics, preset
+from dr_core.runs.refs import StepContext
 from dr_core.store.artifacts import SEGMENT_PATTERN, default_store_url
 from flows import runners
-from flows.steps import StepLog, measure, run_step
+from flows.steps import Steps, measure
 from tasks import round as round_tasks
-from tasks.runtime import result_storage
 
 
 class RoundParams(BaseModel):
@@ -36,19 +35,20 @@ class RoundParams(BaseModel):
 
 @flow(name="dynamicrubric-round", task_runner=runners.from_env())
 def round_flow(params: RoundParams) -> dict:
-    cfg, store, run, t = params.config, params.store, params.run_id, params.round_no
+    cfg = params.config
     numbers = numerics.describe(cfg.engines)
     get_run_logger().info(numbers)
-    with StepLog(store, run, t) as log:
-        result = measure(cfg, store, run, t, result_storage(store), log, run_eval=params.run_eval)
-        run_step(round_tasks.record_run, log, "record-run", cfg, store, run, t, "round-complete")
+    steps = Steps(StepContext(store=params.store, run_id=params.run_id, round_no=params.round_no))
+    with steps.log:
+        result = measure(steps, cfg, run_eval=params.run_eval)
+        steps.run(round_tasks.record_run, "record-run", steps.ctx, cfg, "round-complete")
     return {
-        "run_id": run,
-        "round": t,
+        "run_id": params.run_id,
+        "round": params.round_no,
         "numerics": numbers,
-        "summary": result["summary"],
-        "steps": dict(log),
-        "artifacts": {k: v["uri"] for k, v in result["artifacts"].items()},
+        "summary": result.summary,
+        "steps": dict(steps.log),
+        "artifacts": {k: v.uri for k, v in result.artifacts.items()},
     }
 
 

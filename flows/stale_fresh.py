@@ -14,13 +14,14 @@ from __future__ import annotations
 from prefect import flow
 from pydantic import BaseModel, ConfigDict, Field
 
-from dr_core.presets import RoundConfig
+from dr_core.config import RoundConfig
 from dr_core.report import collect
+from dr_core.runs.refs import RoundInputs, StepContext
 from dr_core.runs.stale_fresh import plan
 from dr_core.store.artifacts import SEGMENT_PATTERN, Store, default_store_url
-from flows.steps import StepLog, run_step, with_models
+from flows.steps import Steps, with_models
 from tasks import round as round_tasks
-from tasks.runtime import model_id, result_storage
+from tasks.runtime import model_id
 from tasks.stale_fresh import restage_samples
 
 
@@ -39,82 +40,80 @@ class StaleFreshParams(BaseModel):
 
 @flow(name="dynamicrubric-stale-fresh")
 def stale_fresh_flow(params: StaleFreshParams) -> dict:
-    store, run = params.store, params.run_id
-    st = Store.from_url(store)
-    p = plan(st, run, params.round_no)
-    t = p["round"]
-    if params.config is not None:
-        rc = params.config
-    elif p["config_json"]:
-        rc = RoundConfig.model_validate_json(p["config_json"])
-    else:
-        raise ValueError(f"run {run!r} recorded no round config; pass one (dr stale-fresh --preset ...)")
-    opts = dict(result_storage=result_storage(store))
-    with StepLog(store, run, t) as log:
-        inputs = run_step(round_tasks.select_inputs.with_options(**opts), log, "select-inputs", rc, store)
-        wanted = {r["prompt_id"] for r in st.read(p["sets"]["uri"]).to_pylist()}
-        have = {r["prompt_id"] for r in st.read(inputs["prompts"]["uri"]).to_pylist()}
-        if not wanted <= have:
-            raise ValueError(
-                f"the sets' prompts {sorted(wanted - have)} are not among the config's prompts: pass the "
-                "round config the run used"
-            )
-        verifier = model_id(rc.engines.verifier)
-        policy = {"uri": p["policy"]}
+    st = Store.from_url(params.store)
+    p = plan(st, params.run_id, params.round_no)
+    rc = _round_config(params, p)
+    steps = Steps(StepContext(store=params.store, run_id=params.run_id, round_no=p["round"]))
+    verifier = model_id(rc.engines.verifier)
+    with steps.log:
+        inputs = steps.run(round_tasks.select_inputs, "select-inputs", rc, params.store)
+        _check_prompts(st, p, inputs)
         for stage, gen_uri in ((collect.STALE, p["stale_generator"]), (collect.FRESH, p["fresh_generator"])):
-            sc = with_models(rc, st, {"uri": gen_uri}, policy)
-            samples = run_step(restage_samples, log, f"{stage}/restage-samples", p["sets"]["uri"], stage, store, run, t)
-            rubrics = run_step(
-                round_tasks.generate_rubrics.with_options(**opts),
-                log,
-                f"{stage}/generate-rubrics",
-                sc,
-                inputs["prompts"],
-                samples,
-                model_id(sc.engines.generator),
-                store,
-                run,
-                t,
-                stage,
-            )
-            verdicts = run_step(
-                round_tasks.verify.with_options(**opts),
-                log,
-                f"{stage}/verify",
-                sc,
-                inputs["prompts"],
-                samples,
-                inputs["anchors"],
-                rubrics,
-                verifier,
-                store,
-                run,
-                t,
-                stage,
-            )
-            scored = run_step(
-                round_tasks.score.with_options(**opts), log, f"{stage}/score", rubrics, verdicts, store, run, t, stage
-            )
-            run_step(
-                round_tasks.adopt,
-                log,
-                f"{stage}/adopt-artifacts",
-                {"samples": samples, "rubrics": rubrics, "verdicts": verdicts, **scored},
-                store,
-                run,
-                t,
-            )
-    summary = collect.stale_fresh(collect.stage_metrics(st.connect(), run), t)
+            score_stage(steps.at(stage=stage), with_models(rc, st, gen_uri, p["policy"]), inputs, p["sets"]["uri"])
+    summary = collect.stale_fresh(collect.stage_metrics(st.connect(), params.run_id), p["round"])
     return {
-        "run_id": run,
-        "round": t,
+        "run_id": params.run_id,
+        "round": p["round"],
         "sets": p["sets"],
         "stale_generator": p["stale_generator"],
         "fresh_generator": p["fresh_generator"],
         "verifier": verifier,
         "summary": summary,
-        "steps": dict(log),
+        "steps": dict(steps.log),
     }
+
+
+def _round_config(params: StaleFreshParams, p: dict) -> RoundConfig:
+    """The given round config, else the one the run recorded."""
+    if params.config is not None:
+        return params.config
+    if p["config_json"]:
+        return RoundConfig.model_validate_json(p["config_json"])
+    raise ValueError(f"run {params.run_id!r} recorded no round config; pass one (dr stale-fresh --preset ...)")
+
+
+def _check_prompts(st: Store, p: dict, inputs: RoundInputs) -> None:
+    """The sets' prompts must be among the config's prompts (the config the run used)."""
+    wanted = {r["prompt_id"] for r in st.read(p["sets"]["uri"]).to_pylist()}
+    have = {r["prompt_id"] for r in st.read(inputs.prompts.uri).to_pylist()}
+    if not wanted <= have:
+        raise ValueError(
+            f"the sets' prompts {sorted(wanted - have)} are not among the config's prompts: pass the "
+            "round config the run used"
+        )
+
+
+def score_stage(steps: Steps, rc: RoundConfig, inputs: RoundInputs, sets_uri: str) -> None:
+    """P(t-1)'s sets under stage ``steps.ctx.stage``, scored by the generator of ``rc``: rubrics, verdicts, scores,
+    each step logged under ``<stage>/<step>``."""
+    stage = steps.ctx.stage
+    samples = steps.run(restage_samples, f"{stage}/restage-samples", steps.ctx, sets_uri)
+    models = round_tasks.model_ids(rc)
+    rubrics = steps.model_step(
+        round_tasks.generate_rubrics,
+        "generator",
+        f"{stage}/generate-rubrics",
+        rc,
+        inputs.prompts,
+        samples,
+        models["generator"],
+        table="rubrics",
+    )
+    verdicts = steps.model_step(
+        round_tasks.verify,
+        "verifier",
+        f"{stage}/verify",
+        rc,
+        inputs.prompts,
+        samples,
+        inputs.anchors,
+        rubrics,
+        models["verifier"],
+        table="verdicts",
+    )
+    scored = steps.run(round_tasks.score, f"{stage}/score", steps.ctx, rubrics, verdicts)
+    artifacts = {"samples": samples, "rubrics": rubrics, "verdicts": verdicts, **dict(scored)}
+    steps.run(round_tasks.adopt, f"{stage}/adopt-artifacts", steps.ctx, artifacts)
 
 
 if __name__ == "__main__":

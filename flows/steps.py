@@ -1,7 +1,8 @@
-"""What the flows share: running a task as a logged step (``run_step``, ``StepLog``: the ``steps`` table), the
-measurement of Algorithm 1 (``measure``: sample, rubrics, verify, score, evaluate, summarise), and a round config
-pointed at given generator and policy checkpoints (``with_models``). Flows compose these; no flow imports another
-flow's helpers.
+"""What the flows share: a flow's step context (``Steps``: where its steps write, where Prefect keeps their results,
+the step log), running a task as a logged step (``run_step``; ``StepLog``: the ``steps`` table), a model step run
+shard by shard (``Steps.model_step``), the measurement of Algorithm 1 (``measure``: sample, rubrics, verify, score,
+evaluate, summarise), and a round config pointed at given generator and policy checkpoints (``with_models``). Flows
+compose these; no flow imports another flow's helpers.
 """
 
 from __future__ import annotations
@@ -11,15 +12,19 @@ import time
 
 from prefect import get_run_logger
 from prefect.futures import wait
+from pydantic import BaseModel, ConfigDict
 
 from dr_core import progress
+from dr_core.config import RoundConfig
 from dr_core.model import is_bundled
-from dr_core.presets import RoundConfig
 from dr_core.resources import PeakRSS
+from dr_core.runs.refs import ArtifactRef, RoundInputs, StepContext
+from dr_core.runs.shards import Shard
 from dr_core.store import checkpoints
 from dr_core.store.artifacts import Store
 from flows import runners
 from tasks import round as round_tasks
+from tasks.runtime import result_storage
 
 #: The stage of the measurement's artifacts (dr_core.store.schemas.STAGES).
 STAGE = "measure"
@@ -40,6 +45,11 @@ def run_step(task, record: dict, name: str, *args, **kwargs):
     return state.result()
 
 
+def _record(record: dict, name: str, state, started: str, seconds: float) -> None:
+    record[name] = {"state": state.name, "seconds": round(seconds, 2), "started_at": started, "peak_rss_mb": None}
+    progress.step_finished(name, state.name, round(seconds, 2))
+
+
 class StepLog(dict):
     """A flow's step log (step name -> {"state", "seconds", "started_at", "peak_rss_mb"}, filled by ``run_step``)
     that is also written to the store's ``steps`` table: ``flush()`` writes every step logged since the previous
@@ -47,9 +57,10 @@ class StepLog(dict):
     ``with`` block flushes, also when a step failed. So the store answers which steps ran, which came from the cache,
     which failed, how long each took and its peak memory (sql/step_times.sql), for every execution of a run."""
 
-    def __init__(self, store: str, run_id: str, round_no: int):
+    def __init__(self, ctx: StepContext):
         super().__init__()
-        self.store, self.run_id, self.round = store, run_id, round_no
+        self.ctx = ctx
+        self.round = ctx.round_no
         self._round_of: dict[str, int] = {}
 
     def flush(self) -> str | None:
@@ -60,11 +71,10 @@ class StepLog(dict):
         entries = {k: v for k, v in self.items() if self._round_of[k] == self.round}
         if not entries:
             return None
-        return round_tasks.record_steps(
-            self.store, self.run_id, self.round, flow_run.flow_name or "", flow_run.id or "", entries
-        )
+        ctx = self.ctx.at(round_no=self.round)
+        return round_tasks.record_steps(ctx, flow_run.flow_name or "", flow_run.id or "", entries)
 
-    def __enter__(self) -> "StepLog":
+    def __enter__(self) -> StepLog:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
@@ -77,231 +87,140 @@ class StepLog(dict):
         return False
 
 
-def run_remote(task, role: str, log: dict, name: str, cfg: RoundConfig, *args):
-    """A model step that is not sharded (the evaluator's held-out slice): on the Ray task runner one task on the
-    cluster with the role's resources, so the flow's own process loads no model; otherwise ``run_step``."""
-    if not runners.fans_out():
-        return run_step(task, log, name, cfg, *args)
-    started, start = dt.datetime.now(dt.timezone.utc).isoformat(), time.perf_counter()
-    with runners.role_options(cfg.scale.for_role(role).remote_options()):
-        fut = task.submit(cfg, *args)
-    wait([fut])
-    _record(log, name, fut.state, started, time.perf_counter() - start)
-    return fut.result()
+class Steps:
+    """A flow's step context, passed to the flows' helpers as one argument: ``ctx`` (the store, run id, round and
+    stage its tasks write under: ``dr_core.runs.refs.StepContext``), ``storage`` (where Prefect keeps the results and
+    cache records: ``<store>/_prefect/results``) and ``log`` (the ``StepLog``). ``at`` gives the same flow in another
+    round or stage (the same log and storage)."""
 
+    def __init__(self, ctx: StepContext, storage=None, log: StepLog | None = None):
+        self.ctx = ctx
+        self.storage = storage if storage is not None else result_storage(ctx.store)
+        self.log = log if log is not None else StepLog(ctx)
 
-def _record(record: dict, name: str, state, started: str, seconds: float) -> None:
-    record[name] = {"state": state.name, "seconds": round(seconds, 2), "started_at": started, "peak_rss_mb": None}
-    progress.step_finished(name, state.name, round(seconds, 2))
+    @property
+    def store(self) -> Store:
+        return Store.from_url(self.ctx.store)
 
+    def at(self, *, round_no: int | None = None, stage: str | None = None) -> Steps:
+        return Steps(self.ctx.at(round_no=round_no, stage=stage), self.storage, self.log)
 
-def run_shards(
-    task,
-    role: str,
-    log: dict,
-    name: str,
-    cfg: RoundConfig,
-    *args,
-    storage,
-    store: str,
-    run: str,
-    t: int,
-    stage: str,
-    table: str,
-) -> dict:
-    """A model step split by prompt (``cfg.scale.shards``, dr_core/runs/shards.py): one task per shard, then
-        ``merge-shards`` under the step's own name, which returns the step's usual reference. On the Ray task runner
-        the shards are submitted together, each with the role's resources (``cfg.scale.resources``), and run on the
-        cluster's workers (the log notes each shard's state and, for every shard alike, the seconds until all of them
-    were in: the flow waits for the whole step); otherwise they
-        run one after the other in this process (the engines are not shared between threads)."""
-    n = cfg.scale.shards
-    shard_task = task.with_options(result_storage=storage)
-    common = dict(store=store, run_id=run, round_no=t, stage=stage, shards=n)
-    if runners.fans_out():
-        started = dt.datetime.now(dt.timezone.utc).isoformat()
-        start = time.perf_counter()
+    def _stored(self, task):
+        """The task with its results kept in the store (a task that persists results: the cached steps)."""
+        return task.with_options(result_storage=self.storage) if task.persist_result else task
+
+    def run(self, task, name: str, *args, **kwargs):
+        """``run_step`` of the task, its results in the store, logged under ``name``."""
+        return run_step(self._stored(task), self.log, name, *args, **kwargs)
+
+    def model_step(self, task, role: str, name: str, cfg: RoundConfig, *args, table: str) -> ArtifactRef:
+        """A model step, shard by shard (``cfg.scale.shards``; one shard when unsplit, dr_core/runs/shards.py), then
+        ``merge-shards`` under the step's own name, which returns the step's reference (the whole step's part as it
+        is). On the Ray task runner the shards are submitted together, each with the role's resources, and run on
+        the cluster's workers (each shard is logged with the seconds until all were in: the flow waits for the whole
+        step); otherwise they run one after the other in this process (the engines are not shared between
+        threads)."""
+        shards = Shard.all(cfg.scale.shards)
+        task = self._stored(task)
+        if runners.fans_out():
+            parts = self._on_cluster(task, role, name, cfg, shards, *args)
+        else:
+            parts = [self.run(task, s.label(name), self.ctx, cfg, *args, shard=s) for s in shards]
+        return self.run(round_tasks.merge_shards, name, self.ctx, table, parts, len(shards))
+
+    def _on_cluster(self, task, role: str, name: str, cfg: RoundConfig, shards: list[Shard], *args) -> list:
+        started, start = dt.datetime.now(dt.timezone.utc).isoformat(), time.perf_counter()
         with runners.role_options(cfg.scale.for_role(role).remote_options()):
-            futures = [shard_task.submit(cfg, *args, shard=i, **common) for i in range(n)]
+            futures = [task.submit(self.ctx, cfg, *args, shard=s) for s in shards]
         wait(futures)
-        for i, fut in enumerate(futures):
-            _record(log, f"{name}/shard-{i}", fut.state, started, time.perf_counter() - start)
-        parts = [fut.result() for fut in futures]  # the first failed shard's error, after every shard is done
-    else:
-        parts = [run_step(shard_task, log, f"{name}/shard-{i}", cfg, *args, shard=i, **common) for i in range(n)]
-    return run_step(
-        round_tasks.merge_shards.with_options(result_storage=storage),
-        log,
-        name,
-        table,
-        parts,
-        n,
-        store,
-        run,
-        t,
-        f"{stage}-{table}",
-    )
+        for s, fut in zip(shards, futures):
+            _record(self.log, s.label(name), fut.state, started, time.perf_counter() - start)
+        return [fut.result() for fut in futures]  # the first failed shard's error, after every shard is done
+
+    def remote(self, task, role: str, name: str, cfg: RoundConfig, *args):
+        """A model step that is not sharded (the evaluator's held-out slice): on the Ray task runner one task on the
+        cluster with the role's resources, so the flow's own process loads no model; otherwise ``run``."""
+        if not runners.fans_out():
+            return self.run(task, name, self.ctx, cfg, *args)
+        started, start = dt.datetime.now(dt.timezone.utc).isoformat(), time.perf_counter()
+        with runners.role_options(cfg.scale.for_role(role).remote_options()):
+            fut = self._stored(task).submit(self.ctx, cfg, *args)
+        wait([fut])
+        _record(self.log, name, fut.state, started, time.perf_counter() - start)
+        return fut.result()
 
 
-def sharded(cfg: RoundConfig) -> bool:
-    """Whether the model steps run as shard tasks: more than one shard, or the Ray task runner (one shard then
-    still goes to the cluster, with its role's resources)."""
-    return cfg.scale.shards > 1 or runners.fans_out()
+class Measured(BaseModel):
+    """A measurement's summary numbers and its artifacts (name -> reference)."""
 
+    model_config = ConfigDict(frozen=True)
 
-def sample_step(
-    cfg: RoundConfig,
-    prompts: dict,
-    policy_model: str,
-    store: str,
-    run: str,
-    t: int,
-    stage: str,
-    storage,
-    log: dict,
-    name: str,
-) -> dict:
-    """The policy's sets C for the round's prompts (sharded or one task)."""
-    if sharded(cfg):
-        return run_shards(
-            round_tasks.sample_shard,
-            "policy",
-            log,
-            name,
-            cfg,
-            prompts,
-            policy_model,
-            storage=storage,
-            store=store,
-            run=run,
-            t=t,
-            stage=stage,
-            table="samples",
-        )
-    return run_step(
-        round_tasks.sample.with_options(result_storage=storage),
-        log,
-        name,
-        cfg,
-        prompts,
-        policy_model,
-        store,
-        run,
-        t,
-        stage,
-    )
+    summary: dict
+    artifacts: dict[str, ArtifactRef]
 
 
 def measure(
-    cfg: RoundConfig,
-    store: str,
-    run: str,
-    t: int,
-    storage,
-    log: dict,
-    *,
-    run_eval: bool = True,
-    inputs: dict | None = None,
-    prefix: str = "",
-) -> dict:
+    steps: Steps, cfg: RoundConfig, inputs: RoundInputs | None = None, *, run_eval: bool = True, prefix: str = ""
+) -> Measured:
     """Sample C from the policy, write rubrics for (x, C), verify on C and the anchors, score, evaluate the
-    evaluator, summarise: the measurement of Algorithm 1 for the engines in ``cfg`` (stage ``measure``).
-    Returns {"summary", "artifacts"}; ``log`` gets each step's state and seconds under ``prefix + name``."""
-    opts = dict(result_storage=storage)
+    evaluator, summarise: the measurement of Algorithm 1 for the engines in ``cfg`` (stage ``measure``, round
+    ``steps.ctx.round_no``). Each step is logged under ``prefix + name``."""
+    steps = steps.at(stage=STAGE)
     models = round_tasks.model_ids(cfg)
     if inputs is None:
-        inputs = run_step(round_tasks.select_inputs.with_options(**opts), log, prefix + "select-inputs", cfg, store)
-    samples = sample_step(
-        cfg, inputs["prompts"], models["policy"], store, run, t, STAGE, storage, log, prefix + "sample"
+        inputs = steps.run(round_tasks.select_inputs, prefix + "select-inputs", cfg, steps.ctx.store)
+    samples = sample_step(steps, cfg, inputs, models["policy"], prefix + "sample")
+    rubrics = steps.model_step(
+        round_tasks.generate_rubrics,
+        "generator",
+        prefix + "generate-rubrics",
+        cfg,
+        inputs.prompts,
+        samples,
+        models["generator"],
+        table="rubrics",
     )
-    where = dict(storage=storage, store=store, run=run, t=t, stage=STAGE)
-    if sharded(cfg):
-        rubrics = run_shards(
-            round_tasks.generate_rubrics_shard,
-            "generator",
-            log,
-            prefix + "generate-rubrics",
-            cfg,
-            inputs["prompts"],
-            samples,
-            models["generator"],
-            table="rubrics",
-            **where,
-        )
-        verdicts = run_shards(
-            round_tasks.verify_shard,
-            "verifier",
-            log,
-            prefix + "verify",
-            cfg,
-            inputs["prompts"],
-            samples,
-            inputs["anchors"],
-            rubrics,
-            models["verifier"],
-            table="verdicts",
-            **where,
-        )
-    else:
-        rubrics = run_step(
-            round_tasks.generate_rubrics.with_options(**opts),
-            log,
-            prefix + "generate-rubrics",
-            cfg,
-            inputs["prompts"],
-            samples,
-            models["generator"],
-            store,
-            run,
-            t,
-            STAGE,
-        )
-        verdicts = run_step(
-            round_tasks.verify.with_options(**opts),
-            log,
-            prefix + "verify",
-            cfg,
-            inputs["prompts"],
-            samples,
-            inputs["anchors"],
-            rubrics,
-            models["verifier"],
-            store,
-            run,
-            t,
-            STAGE,
-        )
-    scored = run_step(
-        round_tasks.score.with_options(**opts), log, prefix + "score", rubrics, verdicts, store, run, t, STAGE
+    verdicts = steps.model_step(
+        round_tasks.verify,
+        "verifier",
+        prefix + "verify",
+        cfg,
+        inputs.prompts,
+        samples,
+        inputs.anchors,
+        rubrics,
+        models["verifier"],
+        table="verdicts",
     )
-    artifacts = {**inputs, "samples": samples, "rubrics": rubrics, "verdicts": verdicts, **scored}
+    scored = steps.run(round_tasks.score, prefix + "score", steps.ctx, rubrics, verdicts)
+    artifacts = {**dict(inputs), "samples": samples, "rubrics": rubrics, "verdicts": verdicts, **dict(scored)}
     if run_eval:
-        artifacts["eval"] = run_remote(
-            round_tasks.evaluate_evaluator.with_options(**opts),
+        artifacts["eval"] = steps.remote(
+            round_tasks.evaluate_evaluator,
             "verifier",
-            log,
             prefix + "evaluate-evaluator",
             cfg,
             models["generator"],
             models["verifier"],
-            store,
-            run,
-            t,
         )
-    artifacts = run_step(round_tasks.adopt, log, prefix + "adopt-artifacts", artifacts, store, run, t)
-    summary = run_step(
-        round_tasks.summarise.with_options(**opts), log, prefix + "summarise", artifacts, artifacts.get("eval"), store
-    )
-    return {"summary": summary, "artifacts": artifacts}
+    artifacts = steps.run(round_tasks.adopt, prefix + "adopt-artifacts", steps.ctx, artifacts)
+    summary = steps.run(round_tasks.summarise, prefix + "summarise", steps.ctx, artifacts)
+    return Measured(summary=summary, artifacts=artifacts)
 
 
-def with_models(rc: RoundConfig, store: Store, generator: dict, policy: dict) -> RoundConfig:
-    """The round config with the generator and policy engines pointed at these checkpoints (verifier unchanged)."""
+def sample_step(steps: Steps, cfg: RoundConfig, inputs: RoundInputs, policy_model: str, name: str) -> ArtifactRef:
+    """The policy's sets C for the round's prompts (stage ``steps.ctx.stage``)."""
+    return steps.model_step(round_tasks.sample, "policy", name, cfg, inputs.prompts, policy_model, table="samples")
 
-    def point(cfg, ref):
-        if is_bundled(ref["uri"]):  # the role's own start model (train.base_ref): the engine as configured
+
+def with_models(rc: RoundConfig, store: Store, generator: str, policy: str) -> RoundConfig:
+    """The round config with the generator and policy engines pointed at the checkpoints at these URIs (verifier
+    unchanged)."""
+
+    def point(cfg, uri: str):
+        if is_bundled(uri):  # the role's own start model (train.base_ref): the engine as configured
             return cfg
-        return cfg.model_copy(update={"model": str(checkpoints.materialise(store, ref["uri"]))})
+        return cfg.model_copy(update={"model": str(checkpoints.materialise(store, uri))})
 
     engines = rc.engines.model_copy(
         update={"generator": point(rc.engines.generator, generator), "policy": point(rc.engines.policy, policy)}

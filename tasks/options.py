@@ -30,6 +30,7 @@ from typing import Any
 from dr_core.config import AUTH_FIELDS
 from dr_core.datasets import DataError
 from dr_core.paths import REPO_DIR
+from dr_core.runs.refs import StepContext
 
 #: Exceptions that mean "the input is wrong": retrying cannot help.
 BAD_INPUT = (DataError, ValueError, TypeError, KeyError, FileNotFoundError)
@@ -175,6 +176,8 @@ def code_version(module: str | None = None, root: Path | None = None) -> str:
 def _canonical(value: Any) -> Any:
     """Inputs reduced to what determines the output: artifacts by content hash, models by fingerprint; secrets
     (an engine's api_key, basic_auth, api_key_env) left out: they do not change what a model answers."""
+    if isinstance(value, StepContext):  # where the step writes, not what it computes: only its stage counts
+        return value.cache_identity()
     if isinstance(value, dict):
         for identity in ("sha256", "fingerprint"):  # an artifact / checkpoint reference: content, not location
             if identity in value and "uri" in value:

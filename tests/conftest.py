@@ -29,7 +29,7 @@ TEST_CACHE_DIR = (
 )
 TEST_CACHE_DIR.mkdir(parents=True, exist_ok=True)
 os.environ["DR_CACHE_DIR"] = str(TEST_CACHE_DIR)
-os.environ["PREFECT_HOME"] = str(TEST_CACHE_DIR / "prefect")  # where flows.settings.configure_prefect puts it
+os.environ["PREFECT_HOME"] = str(TEST_CACHE_DIR / "prefect")  # where dr_core.config.runtime.configure_prefect puts it
 
 pytest_plugins = ["tests.fixtures_s3", "tests.fixtures_model", "tests.fixtures_prefect", "tests.fixtures_grpo"]
 

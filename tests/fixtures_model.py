@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from dr_core.numerics import auto_dtype
+from dr_core.config.numerics import auto_dtype
 from tests.netutil import free_port, wait_for_http
 
 #: Small context: the tests' prompts are short, and a small KV cache starts faster.

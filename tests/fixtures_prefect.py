@@ -51,7 +51,7 @@ def prefect_server(home: Path, timeout: float = 180.0):
 
 @pytest.fixture(scope="session")
 def prefect_harness(tmp_path_factory):
-    from flows.settings import configure_prefect
+    from dr_core.config.runtime import configure_prefect
 
     configure_prefect()
     from prefect.testing.utilities import prefect_test_harness
@@ -75,8 +75,7 @@ def test_engine_config(default_model_dir, vllm_engine):
 @pytest.fixture(scope="session")
 def micro_round(test_engine_config):
     """A round small enough for CI: 2 prompts, K=2, 3 anchors, short generations, 2 eval pairs."""
-    from dr_core.config import EnginesConfig
-    from dr_core.presets import preset
+    from dr_core.config import EnginesConfig, preset
 
     eng = test_engine_config
     return preset(

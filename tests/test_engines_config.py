@@ -9,7 +9,7 @@ from dr_core.config import ConfigError, EngineConfig, EnginesConfig, engine_conf
 
 
 def test_defaults_are_the_cpu_settings():
-    from dr_core.numerics import auto_dtype
+    from dr_core.config.numerics import auto_dtype
 
     c = EngineConfig()
     assert (c.kind, c.model, c.dtype, c.enforce_eager, c.prefix_caching) == (
@@ -26,7 +26,7 @@ def test_defaults_are_the_cpu_settings():
 def test_dtype_auto_is_resolved_into_the_config_and_its_identity(monkeypatch):
     """'auto' becomes the machine's dtype when the config is built: it is what the config holds, records and hashes,
     so a float32 engine and a bf16 engine are two engines (two pool keys, two cache keys), never one."""
-    from dr_core import numerics
+    from dr_core.config import numerics
 
     for native, dtype in ((True, "bfloat16"), (False, "float32")):
         monkeypatch.setattr(numerics, "bf16_reason", lambda native=native: (native, "test"))
@@ -41,7 +41,7 @@ def test_dtype_auto_is_resolved_into_the_config_and_its_identity(monkeypatch):
 
 
 def test_cpu_bf16_detection_reads_the_flags(tmp_path, monkeypatch):
-    from dr_core import numerics
+    from dr_core.config import numerics
 
     info = tmp_path / "cpuinfo"
     info.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_bf16\n\nprocessor\t: 1\nflags\t: fpu\n")

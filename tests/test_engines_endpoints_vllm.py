@@ -22,10 +22,10 @@ import httpx
 import pytest
 
 from dr_core.config import EngineConfig
+from dr_core.config.numerics import auto_dtype
 from dr_core.engines import make_engine
 from dr_core.evaluator.items import Check
 from dr_core.evaluator.verify import verify
-from dr_core.numerics import auto_dtype
 from tests.netutil import free_ports, kill_group, wait_for_http, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

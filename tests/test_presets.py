@@ -3,8 +3,8 @@ the policy update's whole groups when round.k is overridden."""
 
 import pytest
 
+from dr_core.config import coevolve_preset, preset
 from dr_core.model import is_bundled
-from dr_core.presets import coevolve_preset, preset
 
 
 def test_tiny_verifier_is_the_measured_bundled_model_and_procedure():
@@ -40,8 +40,8 @@ def test_tiny_generator_update_scores_two_sets_in_its_step():
 def test_the_presets_numerics_follow_the_hardware(monkeypatch):
     """``auto`` (engines' dtype, training's bf16) is resolved when a preset is built: bf16 where the machine has bf16
     arithmetic, float32 elsewhere; the paper preset asks for bf16 explicitly (GPUs), whatever the machine."""
-    from dr_core import numerics
-    from dr_core.train.settings import GRPOSettings
+    from dr_core.config import numerics
+    from dr_core.config.training import GRPOSettings
 
     for native, dtype in ((True, "bfloat16"), (False, "float32")):
         monkeypatch.setattr(numerics, "bf16_reason", lambda native=native: (native, "test"))

@@ -99,8 +99,7 @@ def test_sharded_round_on_ray_workers_gives_the_unsharded_rows(
     ray_cluster, prefect_harness, test_engine_config, tmp_path, monkeypatch
 ):
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # the driver, like the cluster (fixture)
-    from dr_core.config import EnginesConfig
-    from dr_core.presets import preset
+    from dr_core.config import EnginesConfig, preset
     from dr_core.store.artifacts import Store
     from flows.round import RoundParams, round_flow
     from flows.runners import make_task_runner
@@ -131,7 +130,8 @@ def test_sharded_round_on_ray_workers_gives_the_unsharded_rows(
     assert len(ray_store.files_under("_shards/verdicts", ".parquet")) == 2
 
     alone = run(str(tmp_path / "alone"), cfg.model_copy(update={"scale": preset("tiny").scale}))
-    assert "sample/shard-0" not in alone["steps"]
+    assert "sample/shard-1" not in alone["steps"]  # in this process, unsharded: one shard of one
+    assert alone["steps"]["sample/shard-0"]["state"] == alone["steps"]["sample"]["state"] == "Completed"
     assert on_ray["summary"] == alone["summary"]
     assert on_ray["summary"]["verdicts"] > 0
     for table in ("samples", "rubrics", "verdicts"):

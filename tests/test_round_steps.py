@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from dr_core.presets import preset
+from dr_core.config import preset
 from dr_core.runs import round_steps
 from tests.fakes import round_engine
 

@@ -16,9 +16,20 @@ from types import SimpleNamespace
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from dr_core.config import REDACTED, ConfigError, EngineConfig, EnginesConfig, load_engines_config, redact_url
+from dr_core.config import (
+    REDACTED,
+    CoevolveConfig,
+    ConfigError,
+    EngineConfig,
+    EnginesConfig,
+    PolicyEvalConfig,
+    RoundConfig,
+    coevolve_preset,
+    load_engines_config,
+    preset,
+    redact_url,
+)
 from dr_core.engines import EngineError, make_engine
-from dr_core.presets import CoevolveConfig, PolicyEvalConfig, RoundConfig, coevolve_preset, preset
 from tests.netutil import free_port
 from tests.test_engines_http_errors import CONV, Replay, chat_reply
 

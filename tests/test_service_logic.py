@@ -10,6 +10,7 @@ from datetime import datetime, timezone
 
 import pytest
 
+from dr_core.config.service import ServiceSettings
 from dr_core.service import clients
 from dr_core.service.answers import answer_batch
 from dr_core.service.batcher import Batcher, Unavailable
@@ -18,7 +19,6 @@ from dr_core.service.ledger import Ledger
 from dr_core.service.metrics import Metrics
 from dr_core.service.requests import BadRequest, OpenRLHFBatch, RewardMember, ScoreSet, parse
 from dr_core.service.scoring import Member, SetJob, score_jobs, set_id_of
-from dr_core.service.settings import ServiceSettings
 from dr_core.store.artifacts import Store, StoreError
 from tests import fakes
 

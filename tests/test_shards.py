@@ -9,7 +9,8 @@ import json
 import pytest
 
 from dr_core.runs import shards
-from dr_core.runs.shards import ShardError
+from dr_core.runs.refs import StepContext
+from dr_core.runs.shards import Shard, ShardError
 from dr_core.store.artifacts import Store
 from tasks import round as round_tasks
 from tests.fakes import FakeEngine, Request
@@ -86,7 +87,7 @@ def prompt_engine() -> FakeEngine:
 
 
 def _cfg(n_shards: int):
-    from dr_core.presets import preset
+    from dr_core.config import preset
 
     return preset("tiny", n_prompts=5, k=2, n_anchor=3, rubric_rollouts=2, scale={"shards": n_shards})
 
@@ -94,13 +95,14 @@ def _cfg(n_shards: int):
 def _measure(cfg, store: str, run: str) -> dict:
     from prefect import flow
 
-    from flows.steps import measure
-    from tasks.runtime import result_storage
+    from dr_core.runs.refs import StepContext
+    from flows.steps import Steps, measure
 
     @flow(name="measure-test")
     def go():
-        log: dict = {}
-        return measure(cfg, store, run, 1, result_storage(store), log, run_eval=False) | {"steps": log}
+        steps = Steps(StepContext(store=store, run_id=run, round_no=1), log={})
+        m = measure(steps, cfg, run_eval=False)
+        return {"summary": m.summary, "artifacts": m.artifacts, "steps": steps.log}
 
     return go()
 
@@ -115,17 +117,17 @@ def test_sharded_round_writes_the_unsharded_rows(prefect_harness, monkeypatch, t
     s = Store.from_url(store)
     for table in ("samples", "rubrics", "verdicts"):
         a, b = one["artifacts"][table], three["artifacts"][table]
-        assert a["rows"] == b["rows"] > 0 and a["uri"] == b["uri"]
+        assert a.rows == b.rows > 0 and a.uri == b.uri
         # the same Parquet bytes: the steps after the merge hit the unsharded run's cache
-        assert a["sha256"] == b["sha256"] == s.content_hash(b["uri"])
+        assert a.sha256 == b.sha256 == s.content_hash(b.uri)
     assert three["steps"]["score"]["state"] == "Cached"
     assert one["summary"] == three["summary"]
     assert {f"{step}/shard-{i}" for step in ("sample", "generate-rubrics", "verify") for i in range(3)} <= set(
         three["steps"]
     )
-    assert three["artifacts"]["rubrics"]["cost"]["requests"] == one["artifacts"]["rubrics"]["cost"]["requests"]
-    samples = s.read(three["artifacts"]["samples"]["uri"]).to_pylist()
-    prompts = {p["prompt_id"]: p["prompt"] for p in s.read(three["artifacts"]["prompts"]["uri"]).to_pylist()}
+    assert three["artifacts"]["rubrics"].cost["requests"] == one["artifacts"]["rubrics"].cost["requests"]
+    samples = s.read(three["artifacts"]["samples"].uri).to_pylist()
+    prompts = {p["prompt_id"]: p["prompt"] for p in s.read(three["artifacts"]["prompts"].uri).to_pylist()}
     assert sorted({r["set_id"] for r in samples}) == [0, 1, 2, 3, 4]
     for r in samples:  # every set kept its own prompt's responses
         assert "-".join(prompts[r["prompt_id"]].split()[:2]) in r["response"]
@@ -142,16 +144,30 @@ def test_merge_refuses_a_missing_or_changed_shard(monkeypatch, tmp_path):
     cfg = _cfg(2)
     serve(monkeypatch, cfg.engines, prompt_engine())
     store = str(tmp_path / "store")
+    ctx = StepContext(store=store, run_id="r", round_no=1)
     inputs = round_tasks.select_inputs.fn(cfg, store)
-    parts = [
-        round_tasks.sample_shard.fn(cfg, inputs["prompts"], "p@0", store, "r", 1, "measure", i, 2) for i in range(2)
-    ]
-    merged = round_tasks.merge_shards.fn("samples", parts, 2, store, "r", 1, "measure-samples")
-    assert merged["rows"] == 5 * 2 and merged["uri"].endswith("/samples/run_id=r/round=1/measure-samples.parquet")
+    parts = [round_tasks.sample.fn(ctx, cfg, inputs.prompts, "p@0", shard=s) for s in Shard.all(2)]
+    merged = round_tasks.merge_shards.fn(ctx, "samples", parts, 2)
+    assert merged.rows == 5 * 2 and merged.uri.endswith("/samples/run_id=r/round=1/measure-samples.parquet")
     with pytest.raises(ShardError, match=r"shard \[1\] of 2 missing"):
-        round_tasks.merge_shards.fn("samples", parts[:1], 2, store, "r", 1, "measure-samples")
+        round_tasks.merge_shards.fn(ctx, "samples", parts[:1], 2)
     st = Store.from_url(store)
-    rows = st.read(parts[1]["uri"]).to_pylist()[:-1]  # shard 1 rewritten without its last response
+    rows = st.read(parts[1].uri).to_pylist()[:-1]  # shard 1 rewritten without its last response
     st.write_shard("samples", rows, "measure-samples", 1, 2, run_id="r", round=1)
     with pytest.raises(ShardError, match="shard 1 .* changed after its task wrote it"):
-        round_tasks.merge_shards.fn("samples", parts, 2, store, "r", 1, "measure-samples")
+        round_tasks.merge_shards.fn(ctx, "samples", parts, 2)
+
+
+def test_the_whole_step_is_one_shard_whose_part_the_merge_passes_on(monkeypatch, tmp_path):
+    """Unsharded, a model step is shard 0 of 1: it writes the step's own table part (nothing under _shards), and the
+    merge returns its reference unchanged."""
+    cfg = _cfg(1)
+    serve(monkeypatch, cfg.engines, prompt_engine())
+    store = str(tmp_path / "store")
+    ctx = StepContext(store=store, run_id="r", round_no=1)
+    inputs = round_tasks.select_inputs.fn(cfg, store)
+    (whole,) = [round_tasks.sample.fn(ctx, cfg, inputs.prompts, "p@0", shard=s) for s in Shard.all(1)]
+    assert whole.uri.endswith("/samples/run_id=r/round=1/measure-samples.parquet") and whole.rows == 5 * 2
+    assert round_tasks.merge_shards.fn(ctx, "samples", [whole], 1) == whole
+    assert Store.from_url(store).files_under("_shards", ".parquet") == []
+    assert (Shard().whole, Shard().span(5), Shard(index=1, count=2).span(5)) == (True, (0, 5), (3, 5))

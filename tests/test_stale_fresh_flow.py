@@ -54,7 +54,7 @@ def run_store(tmp_path, micro_round, default_model_dir, vllm_engine):
             (local / f.name).symlink_to(f)
     (local / COMPLETE_MARKER).write_text("complete\n")
     checkpoints.register(s, "sf", 1, "generator", uri, parent=DEFAULT_MODEL)
-    fresh = with_models(micro_round, s, {"uri": uri}, {"uri": DEFAULT_MODEL}).engines.generator
+    fresh = with_models(micro_round, s, uri, DEFAULT_MODEL).engines.generator
     adopt_engine(fresh, vllm_engine)
     return s
 

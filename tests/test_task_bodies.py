@@ -8,9 +8,11 @@ import datetime as dt
 
 import pytest
 
+from dr_core.config import coevolve_preset, preset
+from dr_core.engines import process
 from dr_core.engines.pool import EnginePool
 from dr_core.evaluator.judge import judge_engine_config
-from dr_core.presets import coevolve_preset, preset
+from dr_core.runs.refs import ArtifactRef, CheckpointRef, StepContext
 from dr_core.store.artifacts import Store
 from tasks import round as round_tasks
 from tasks import runtime
@@ -27,7 +29,7 @@ CFG = preset("tiny", n_prompts=2, k=2, n_anchor=3, rubric_rollouts=2)
 def serve(monkeypatch, engines, fake: FakeEngine) -> FakeEngine:
     """Make ``fake`` what ``tasks.runtime.engine_for`` returns for every role of ``engines`` (an EnginesConfig),
     in a fresh engine pool that is restored after the test."""
-    monkeypatch.setattr(runtime, "_POOL", EnginePool())
+    monkeypatch.setattr(process, "_POOL", EnginePool())
     for role in ("generator", "verifier", "policy"):
         runtime.adopt_engine(getattr(engines, role), fake)
     return fake
@@ -43,11 +45,15 @@ def store(tmp_path) -> str:
     return str(tmp_path / "store")
 
 
-def _read(store: str, ref: dict) -> list[dict]:
+def ctx(store: str, run: str = RUN, round_no: int = T, stage: str = STAGE) -> StepContext:
+    return StepContext(store=store, run_id=run, round_no=round_no, stage=stage)
+
+
+def _read(store: str, ref: ArtifactRef) -> list[dict]:
     """The rows a reference points at, after checking the reference describes its file."""
     s = Store.from_url(store)
-    table = s.read(ref["uri"])
-    assert ref["rows"] == table.num_rows and ref["sha256"] == s.content_hash(ref["uri"])
+    table = s.read(ref.uri)
+    assert ref.rows == table.num_rows and ref.sha256 == s.content_hash(ref.uri)
     return table.to_pylist()
 
 
@@ -59,23 +65,21 @@ def _partition(table: str, part: str, run: str = RUN, round_no: int = T) -> str:
 def measured(engine, store) -> dict:
     """select-inputs, sample, generate-rubrics, verify and score of one round, as the flow chains them."""
     inputs = round_tasks.select_inputs.fn(CFG, store)
-    samples = round_tasks.sample.fn(CFG, inputs["prompts"], "policy@0", store, RUN, T, STAGE)
-    rubrics = round_tasks.generate_rubrics.fn(CFG, inputs["prompts"], samples, "gen@0", store, RUN, T, STAGE)
-    verdicts = round_tasks.verify.fn(
-        CFG, inputs["prompts"], samples, inputs["anchors"], rubrics, "ver@0", store, RUN, T, STAGE
-    )
-    scored = round_tasks.score.fn(rubrics, verdicts, store, RUN, T, STAGE)
-    return {**inputs, "samples": samples, "rubrics": rubrics, "verdicts": verdicts, **scored}
+    samples = round_tasks.sample.fn(ctx(store), CFG, inputs.prompts, "policy@0")
+    rubrics = round_tasks.generate_rubrics.fn(ctx(store), CFG, inputs.prompts, samples, "gen@0")
+    verdicts = round_tasks.verify.fn(ctx(store), CFG, inputs.prompts, samples, inputs.anchors, rubrics, "ver@0")
+    scored = round_tasks.score.fn(ctx(store), rubrics, verdicts)
+    return {**dict(inputs), "samples": samples, "rubrics": rubrics, "verdicts": verdicts, **dict(scored)}
 
 
 def test_select_inputs_writes_the_prompts_and_spread_anchor_lists(store):
     refs = round_tasks.select_inputs.fn(CFG, store)
-    prompts, anchors = _read(store, refs["prompts"]), _read(store, refs["anchors"])
+    prompts, anchors = _read(store, refs.prompts), _read(store, refs.anchors)
     assert len(prompts) == 2 and len(anchors) == 2 * 3
     (ds,) = {r["dataset"] for r in prompts + anchors}
     assert ds.endswith(f".n2-a3-m{CFG.min_anchor_responses}")
-    assert refs["prompts"]["uri"].endswith(f"/prompts/dataset={ds}/selected.parquet")
-    assert refs["anchors"]["uri"].endswith(f"/anchors/dataset={ds}/selected.parquet")
+    assert refs.prompts.uri.endswith(f"/prompts/dataset={ds}/selected.parquet")
+    assert refs.anchors.uri.endswith(f"/anchors/dataset={ds}/selected.parquet")
     for p in prompts:  # 3 ranks per prompt, best first and worst last (spread_ranks)
         ranks = sorted(a["rank"] for a in anchors if a["prompt_id"] == p["prompt_id"])
         assert len(ranks) == 3 and ranks[0] == 1
@@ -83,7 +87,7 @@ def test_select_inputs_writes_the_prompts_and_spread_anchor_lists(store):
 
 def test_model_steps_write_their_rows_under_the_run_partition(measured, engine, store):
     samples = _read(store, measured["samples"])
-    assert measured["samples"]["uri"].endswith(_partition("samples", "measure-samples"))
+    assert measured["samples"].uri.endswith(_partition("samples", "measure-samples"))
     assert sorted((r["set_id"], r["response_idx"], r["response"]) for r in samples) == [
         (0, 0, "answer 0"),
         (0, 1, "answer 1 with detail"),
@@ -93,16 +97,16 @@ def test_model_steps_write_their_rows_under_the_run_partition(measured, engine, 
     assert {(r["stage"], r["policy_ckpt"], r["run_id"], r["round"]) for r in samples} == {(STAGE, "policy@0", RUN, T)}
 
     rubrics = _read(store, measured["rubrics"])
-    assert measured["rubrics"]["uri"].endswith(_partition("rubrics", "measure-rubrics"))
+    assert measured["rubrics"].uri.endswith(_partition("rubrics", "measure-rubrics"))
     assert len(rubrics) == 2 * 2 * len(RUBRIC) and {r["generator_ckpt"] for r in rubrics} == {"gen@0"}
-    assert measured["rubrics"]["cost"]["requests"] == 2 * 2  # one generation per (set, rollout)
+    assert measured["rubrics"].cost["requests"] == 2 * 2  # one generation per (set, rollout)
 
     verdicts = _read(store, measured["verdicts"])
     assert len(verdicts) == 2 * 2 * len(RUBRIC) * (2 + 3)  # every item on C and on the anchors
     assert {r["verifier"] for r in verdicts} == {"ver@0"}
     # both rollouts wrote the same rubric: each distinct (response, criterion) check is asked once
     checks = {(r["set_id"], r["target"], r["response"], r["item"]) for r in verdicts}
-    assert len(checks) == 2 * (2 + 3) * len(RUBRIC) == measured["verdicts"]["cost"]["requests"]
+    assert len(checks) == 2 * (2 + 3) * len(RUBRIC) == measured["verdicts"].cost["requests"]
     # one batched call per step: the policy's K samples, the generator's schema, the verifier's yes/no
     assert [(len(c.conversations), c.n, c.json_schema is not None, c.choices) for c in engine.calls] == [
         (2, CFG.k, False, None),
@@ -113,7 +117,7 @@ def test_model_steps_write_their_rows_under_the_run_partition(measured, engine, 
 
 def test_score_writes_eq12_scores_and_one_reward_row_per_rollout(measured, store):
     scores, rewards = _read(store, measured["scores"]), _read(store, measured["rewards"])
-    assert measured["rewards"]["uri"].endswith(_partition("rewards", "measure-rewards"))
+    assert measured["rewards"].uri.endswith(_partition("rewards", "measure-rewards"))
     assert len(scores) == 2 * 2 * (2 + 3) and len(rewards) == 2 * 2
     c = {(s["set_id"], s["rollout"], s["response"]): s["score"] for s in scores if s["target"] == "C"}
     # "answer 1 with detail" meets both items (3 + 1 of 4), "answer 0" only "Says answer" (1 of 4)
@@ -123,35 +127,35 @@ def test_score_writes_eq12_scores_and_one_reward_row_per_rollout(measured, store
 
 
 def test_summarise_counts_the_stored_rows(measured, store):
-    summary = round_tasks.summarise.fn(measured, None, store)
+    summary = round_tasks.summarise.fn(ctx(store), measured)
     assert (summary["prompts"], summary["sets"], summary["responses"], summary["rubric_rollouts"]) == (2, 2, 4, 4)
     assert summary["rubric_items"] == 8 and summary["rubric_failures"] == 0
-    assert summary["verdicts"] == measured["verdicts"]["rows"] == 40 and summary["unscorable_verdicts"] == 0
+    assert summary["verdicts"] == measured["verdicts"].rows == 40 and summary["unscorable_verdicts"] == 0
     assert summary["eval_accuracy"] is None and summary["r_disc"] == pytest.approx(3 * 0.25 / 4)
 
 
 def test_adopt_copies_another_runs_artifacts_into_this_run(measured, store):
-    here = round_tasks.adopt.fn(measured, store, RUN, T)
+    here = round_tasks.adopt.fn(ctx(store), measured)
     assert here == measured  # already this run's: unchanged
-    other = round_tasks.adopt.fn(measured, store, "other", 2)
+    other = round_tasks.adopt.fn(ctx(store, "other", 2), measured)
     assert other["prompts"] == measured["prompts"]  # not a run table
-    assert other["rubrics"]["cost"] == measured["rubrics"]["cost"]  # what the step returned besides the file
+    assert other["rubrics"].cost == measured["rubrics"].cost  # what the step returned besides the file
     for name in ("samples", "rubrics", "verdicts", "scores", "rewards"):
-        assert other[name]["uri"].endswith(_partition(name, f"measure-{name}", "other", 2)), other[name]
+        assert other[name].uri.endswith(_partition(name, f"measure-{name}", "other", 2)), other[name]
         old, new = _read(store, measured[name]), _read(store, other[name])
         strip = lambda rows: [{k: v for k, v in r.items() if k not in ("run_id", "round")} for r in rows]  # noqa: E731
         assert strip(new) == strip(old) and {(r["run_id"], r["round"]) for r in new} == {("other", 2)}
 
 
 def test_restage_samples_copies_a_set_under_a_new_stage(measured, store):
-    ref = restage_samples.fn(measured["samples"]["uri"], "stale", store, RUN, 2)
-    assert ref["uri"].endswith(_partition("samples", "stale-samples", RUN, 2))
+    ref = restage_samples.fn(ctx(store, RUN, 2, "stale"), measured["samples"].uri)
+    assert ref.uri.endswith(_partition("samples", "stale-samples", RUN, 2))
     old, new = _read(store, measured["samples"]), _read(store, ref)
     key = lambda r: (r["set_id"], r["response_idx"])  # noqa: E731
     assert [r["response"] for r in sorted(new, key=key)] == [r["response"] for r in sorted(old, key=key)]
     assert {(r["stage"], r["round"]) for r in new} == {("stale", 2)}
-    again = restage_samples.fn(measured["samples"]["uri"], "stale", store, RUN, 2)
-    assert again["sha256"] == ref["sha256"]  # same content on every run: downstream cache keys hit
+    again = restage_samples.fn(ctx(store, RUN, 2, "stale"), measured["samples"].uri)
+    assert again.sha256 == ref.sha256  # same content on every run: downstream cache keys hit
 
 
 def test_record_steps_writes_one_row_per_step_and_replaces_its_file(store):
@@ -160,10 +164,10 @@ def test_record_steps_writes_one_row_per_step_and_replaces_its_file(store):
         "sample": {"state": "Completed", "seconds": 1.5, "started_at": start},
         "verify": {"state": "Cached", "seconds": 0.25, "started_at": start},
     }
-    uri = round_tasks.record_steps.fn(store, RUN, T, "round", "e1", entries)
+    uri = round_tasks.record_steps.fn(ctx(store), "round", "e1", entries)
     assert uri.endswith(_partition("steps", "exec-e1"))
     entries["score"] = {"state": "Failed", "seconds": 2.0, "started_at": start}
-    assert round_tasks.record_steps.fn(store, RUN, T, "round", "e1", entries) == uri
+    assert round_tasks.record_steps.fn(ctx(store), "round", "e1", entries) == uri
     rows = Store.from_url(store).read(uri).to_pylist()
     assert [(r["step"], r["state"], r["seconds"]) for r in rows] == [
         ("sample", "Completed", 1.5),
@@ -181,11 +185,11 @@ def test_evaluate_policy_writes_the_heldout_prompts_and_one_eval_row_per_metric(
     fake = serve(monkeypatch, cfg.round.engines, FakeEngine("the same answer", model_name="scripted"))
     # the judge is the verifier's model in float32 (log-odds); this one returns no log-probabilities
     runtime.adopt_engine(judge_engine_config(cfg.round.engines.verifier), fake)
-    ref = evaluate_policy.fn(cfg, {"uri": "default", "fingerprint": "sha-of-p1"}, store, RUN, T)
-    assert ref["uri"].endswith(_partition("eval", "policy-eval"))
+    ref = evaluate_policy.fn(ctx(store), cfg, CheckpointRef(uri="default", fingerprint="sha-of-p1"))
+    assert ref.uri.endswith(_partition("eval", "policy-eval"))
     # no log-probabilities: structured choice, "A" in both orders: every pair a tie, counted half
-    assert ref["metrics"]["n"] == 2 and ref["metrics"]["win_rate"] == 0.5 and ref["metrics"]["tie_rate"] == 1.0
-    assert ref["metrics"]["judge_position_a_rate"] == 1.0 and ref["metrics"]["judge_procedure"] == "choice"
+    assert ref.metrics["n"] == 2 and ref.metrics["win_rate"] == 0.5 and ref.metrics["tie_rate"] == 1.0
+    assert ref.metrics["judge_position_a_rate"] == 1.0 and ref.metrics["judge_procedure"] == "choice"
     rows = {r["metric"]: r for r in _read(store, ref)}
     assert rows["win_rate"]["value"] == 0.5 and rows["n"]["value"] == 2
     assert {(r["checkpoint"], r["benchmark"]) for r in rows.values()} == {("sha-of-p1", "policy-eval-arenahard.vs-P0")}

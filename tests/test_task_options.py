@@ -32,8 +32,33 @@ def test_a_checkpoint_ref_counts_by_its_fingerprint_only():
     )
 
 
+def test_the_step_context_counts_by_its_stage_and_typed_refs_by_their_content():
+    """A task's first argument, the StepContext: another store, run id or round is the same work (the same key);
+    another stage is other rows (another key). Typed references count like the dicts they dump to."""
+    from dr_core.runs.refs import ArtifactRef, CheckpointRef, ShardRef, StepContext, UpdateRef
+    from dr_core.runs.shards import Shard
+
+    here = StepContext(store="s3://b/p", run_id="a", round_no=1, stage="measure")
+    there = StepContext(store="/tmp/st", run_id="b", round_no=7, stage="measure")
+    ref = ArtifactRef(uri="s3://b/p/samples/run_id=a/round=1/measure-samples.parquet", sha256="1", rows=4)
+    moved = ArtifactRef(uri="/tmp/st/samples/run_id=b/round=7/measure-samples.parquet", sha256="1", rows=4, cost={})
+    key = content_cache_key(ctx(), {"ctx": here, "samples": ref, "shard": Shard()})
+    assert content_cache_key(ctx(), {"ctx": there, "samples": moved, "shard": Shard()}) == key
+    assert content_cache_key(ctx(), {"ctx": here.at(stage="generator"), "samples": ref, "shard": Shard()}) != key
+    assert content_cache_key(ctx(), {"ctx": here, "samples": ref.model_copy(update={"sha256": "2"})}) != key
+    assert content_cache_key(ctx(), {"ctx": here, "samples": ref, "shard": Shard(index=0, count=2)}) != key
+    part = ShardRef(uri=ref.uri, sha256="1", rows=4, shard=0, shards=2, sets=(0, 1))
+    assert content_cache_key(ctx(), {"parts": [part]}) == content_cache_key(
+        ctx(), {"parts": [{"uri": "x", "sha256": "1"}]}
+    )
+    start = CheckpointRef(uri="default", fingerprint="p@0")
+    trained = UpdateRef(uri="/s/models/p", fingerprint="p@0", steps=2, seconds=1.0, group_size=2, unscorable=0)
+    assert content_cache_key(ctx(), {"base": start}) == content_cache_key(ctx(), {"base": trained})
+    assert trained.checkpoint == CheckpointRef(uri="/s/models/p", fingerprint="p@0")
+
+
 def test_cache_key_depends_on_config():
-    from dr_core.presets import preset
+    from dr_core.config import preset
 
     assert content_cache_key(ctx(), {"cfg": preset("tiny")}) != content_cache_key(ctx(), {"cfg": preset("tiny", k=3)})
     assert content_cache_key(ctx(), {"cfg": preset("tiny")}) == content_cache_key(ctx(), {"cfg": preset("tiny")})

@@ -1,4 +1,4 @@
-"""The launched GRPO update's logic without a model (dr_core/train/settings.py LaunchSettings, dr_core/train/multi.py):
+"""The launched GRPO update's logic without a model (dr_core/config/training.py LaunchSettings, dr_core/train/multi.py):
 config validation, the launch checks, the accelerate command, the ranks' environment, the input files, reading the
 ranks' results back, progress lines, and ``run_launch`` on a trivial child process (exit code, timeout).
 
@@ -16,13 +16,12 @@ import pytest
 from pydantic import ValidationError
 
 from dr_core import progress
-from dr_core.config import EngineConfig, load_engines_config
+from dr_core.config import EngineConfig, coevolve_preset, load_engines_config
+from dr_core.config.training import GRPOSettings, LaunchSettings
 from dr_core.constants import COMPLETE_MARKER
-from dr_core.presets import coevolve_preset
 from dr_core.train import multi
 from dr_core.train.grpo import GeneratorRow, PolicyRow
 from dr_core.train.launch import PROGRESS_ENV, LineSink, load_rows
-from dr_core.train.settings import GRPOSettings, LaunchSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 HTTP = EngineConfig(kind="openai_http", model="m", base_url="http://127.0.0.1:9/v1", api_key_env="DR_TEST_KEY")

@@ -28,9 +28,9 @@ from pathlib import Path
 import pytest
 
 from dr_core.config import EngineConfig
+from dr_core.config.training import GRPOSettings, LaunchSettings
 from dr_core.train import multi
 from dr_core.train.grpo import GeneratorRow
-from dr_core.train.settings import GRPOSettings, LaunchSettings
 from tests.scripted_server import ScriptedServer
 
 pytestmark = pytest.mark.slow
@@ -44,15 +44,16 @@ def _policy_update(
 ) -> tuple[dict, dict[str, list[dict]]]:
     """P(0) -> P(1) through the real task body: 2 prompts, K = 2, 2 GRPO steps of 2 groups each; returns the task's
     reference and the rollout tables it stored."""
-    from dr_core.presets import coevolve_preset
+    from dr_core.config import coevolve_preset
+    from dr_core.runs.refs import CheckpointRef, StepContext
     from dr_core.store import checkpoints
     from dr_core.store.artifacts import Store
     from tasks import train
     from tasks.runtime import write_ref
 
     s = Store.from_url(str(store_dir))
-    base = {"uri": checkpoints.save(s, tiny, "start", 0, "policy"), "fingerprint": "tiny-policy"}
-    gen = {"uri": checkpoints.save(s, tiny, "start", 0, "generator"), "fingerprint": "tiny-generator"}
+    base = CheckpointRef(uri=checkpoints.save(s, tiny, "start", 0, "policy"), fingerprint="tiny-policy")
+    gen = CheckpointRef(uri=checkpoints.save(s, tiny, "start", 0, "generator"), fingerprint="tiny-generator")
     rows = [
         {"dataset": "launch", "prompt_id": f"p{i}", "prompt": q, "baseline": None}
         for i, q in enumerate(["Name a fruit.", "Say hi."])
@@ -77,7 +78,8 @@ def _policy_update(
         launch=launch or {},
         policy_eval=None,
     )
-    ref = train.train_policy.fn(cfg, prompts, base, gen, "scripted-verifier", str(store_dir), "launch", 1)
+    ctx = StepContext(store=str(store_dir), run_id="launch", round_no=1, stage="policy")
+    ref = train.train_policy.fn(ctx, cfg, prompts, base, gen, "scripted-verifier").model_dump()
     return ref, {t: s.read_table(t, run_id="launch").to_pylist() for t in TABLES}
 
 

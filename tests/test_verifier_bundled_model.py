@@ -12,9 +12,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 @pytest.fixture(scope="module")
 def tiny_verifier():
     pytest.importorskip("vllm", reason="vllm (the cpu or gpu extra) is not installed")
+    from dr_core.config import preset
     from dr_core.engines import make_engine
     from dr_core.model import ModelError, prepare
-    from dr_core.presets import preset
 
     verifier = preset("tiny").engines.verifier
     try:

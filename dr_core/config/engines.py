@@ -119,7 +119,8 @@ class EngineConfig(BaseModel):
     dtype: Literal["float32", "bfloat16", "float16", "auto"] = Field(
         "auto",
         description="Weights and KV-cache dtype (vllm). 'auto' is resolved when the config is built "
-        "(dr_core/numerics.py): bfloat16 on a CUDA machine or a CPU with bf16 instructions (avx512_bf16, amx_bf16; "
+        "(dr_core/config/numerics.py): bfloat16 on a CUDA machine or a CPU with bf16 instructions (avx512_bf16, "
+        "amx_bf16; "
         "measured 1.8x faster than float32 there, with half the weights' memory), float32 on any other CPU (where "
         "bf16 is emulated and was measured 3-8x slower). The resolved dtype is part of the engine's identity and of "
         "every cache key over its output. openai_http ignores it (the server chooses) and keeps 'auto'.",
@@ -291,9 +292,10 @@ class EngineConfig(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _resolve_dtype(cls, data):
-        """``dtype: auto`` of an in-process engine becomes this machine's dtype (``dr_core.numerics.auto_dtype``)."""
+        """``dtype: auto`` of an in-process engine becomes this machine's dtype
+        (``dr_core.config.numerics.auto_dtype``)."""
         if isinstance(data, dict) and data.get("dtype", "auto") == "auto" and data.get("kind", "vllm") == "vllm":
-            from dr_core.numerics import auto_dtype
+            from dr_core.config.numerics import auto_dtype
 
             data = {**data, "dtype": auto_dtype()}
         return data

@@ -12,12 +12,12 @@ bf16 arithmetic and float32 elsewhere:
 - any other CPU (AVX2 only, or a platform without ``/proc/cpuinfo``): float32, because bf16 there is emulated and was
   measured 3-8x slower than float32.
 
-It is resolved when a config is built (``dr_core.config.EngineConfig``, ``dr_core.train.settings.GRPOSettings``), so
+It is resolved when a config is built (``dr_core.config.EngineConfig``, ``dr_core.config.training.GRPOSettings``), so
 the concrete dtype is part of the config: of an engine's identity (the engine pool), of every cache key that hashes
 the config (a float32 result is never served to a bf16 run) and of the run's recorded config (``runs.config_json``).
 Training in bf16 is mixed precision: float32 master weights and optimiser state, bf16 matmuls under autocast.
 
-    python -c "from dr_core.numerics import describe; print(describe())"
+    python -c "from dr_core.config.numerics import describe; print(describe())"
 """
 
 from __future__ import annotations

@@ -1,14 +1,14 @@
 """What a reward service is told: limits on what it accepts, how it batches, how long a group may stay open, and
 where its lineage goes. Defaults are what ``dr serve`` runs with; every field is a ``dr serve`` option.
 
-    python -c "from dr_core.service.settings import ServiceSettings; print(ServiceSettings())"
+    python -c "from dr_core.config.service import ServiceSettings; print(ServiceSettings())"
 """
 
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from dr_core.store.artifacts import SEGMENT_PATTERN
+from dr_core.constants import SEGMENT_PATTERN
 
 
 class ServiceSettings(BaseModel):

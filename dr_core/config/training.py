@@ -1,8 +1,8 @@
 """The GRPO hyper-parameters of one update (``GRPOSettings``) and how its processes are started
-(``LaunchSettings``): plain pydantic models, no trl/peft/torch, so loading a config (``dr_core.presets``) does not
+(``LaunchSettings``): plain pydantic models, no trl/peft/torch, so loading a config (``dr_core.config``) does not
 load the trainer glue (``dr_core.train.grpo``) or the launcher (``dr_core.train.multi``).
 
-    python -c "from dr_core.train.settings import GRPOSettings, LaunchSettings as L; print(GRPOSettings(), L())"
+    python -c "from dr_core.config.training import GRPOSettings, LaunchSettings as L; print(GRPOSettings(), L())"
 """
 
 from __future__ import annotations
@@ -55,7 +55,8 @@ class GRPOSettings(BaseModel):
         validate_default=True,
         description="bf16 mixed precision: float32 master weights and optimiser state, bf16 matmuls under autocast "
         "(TRL/accelerate bf16=True; on CPU with use_cpu). 'auto' (the default) is resolved when the settings are "
-        "built (dr_core/numerics.py): True on a CUDA machine or a CPU with bf16 instructions (avx512_bf16, amx_bf16: "
+        "built (dr_core/config/numerics.py): True on a CUDA machine or a CPU with bf16 instructions (avx512_bf16, "
+        "amx_bf16: "
         "a forward plus backward pass measured 1.76x faster there), False on any other CPU (bf16 emulated: 3-8x "
         "slower). The rollout engine (rollouts='vllm') runs in bf16 exactly when this is True.",
     )
@@ -92,7 +93,7 @@ class GRPOSettings(BaseModel):
     @classmethod
     def _resolve_bf16(cls, v):
         if v == "auto":
-            from dr_core.numerics import native_bf16
+            from dr_core.config.numerics import native_bf16
 
             return native_bf16()
         return v

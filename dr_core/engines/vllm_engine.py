@@ -6,7 +6,7 @@ reject the whole batch) and comes back as an empty completion with finish reason
 
 CPU start flags (ENVIRONMENT.md): VLLM_ENABLE_V1_MULTIPROCESSING=0 (in-process engine, 4 s start-up),
 the KV cache from the config (kv_cache_memory_bytes), the config's dtype (``auto``: bf16 where the CPU has bf16
-instructions, dr_core/numerics.py), enforce_eager.
+instructions, dr_core/config/numerics.py), enforce_eager.
 
 Seeds. ``chat(seed=S)`` gives every conversation its own seed, derived from S and the conversation's prompt tokens
 (``request_seed``), so a conversation's samples do not depend on what else is in the batch: a round split into

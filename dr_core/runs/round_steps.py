@@ -11,7 +11,7 @@ Algorithm 1, evaluation part, per round t:
                      advantages (Eq. 24-25) across a set's rubric rollouts
   evaluate_evaluator strict accuracy of the same generator + verifier on held-out preference pairs
 
-    python -c "from dr_core.runs.round_steps import select_inputs; from dr_core.presets import preset; \\
+    python -c "from dr_core.runs.round_steps import select_inputs; from dr_core.config import preset; \\
                print(len(select_inputs(preset('tiny'))[1]))"
 """
 
@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 
 from dr_core import faults
+from dr_core.config import RoundConfig
 from dr_core.constants import UNSCORABLE
 from dr_core.datasets import load, load_ranked
 from dr_core.engines import Engine
@@ -33,7 +34,6 @@ from dr_core.evaluator.items import Check, EvalItem
 from dr_core.evaluator.score import evaluate_sets
 from dr_core.evaluator.verify import verify
 from dr_core.paths import bundled
-from dr_core.presets import RoundConfig
 from dr_core.rubric import prompts
 from dr_core.scoring import signals
 from dr_core.scoring.equations import (

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from pydantic import BaseModel, ConfigDict, Field
+
 Rows = list[dict]
 
 
@@ -35,6 +37,38 @@ def bounds(n: int, shards: int) -> list[tuple[int, int]]:
         out.append((start, stop))
         start = stop
     return out
+
+
+class Shard(BaseModel):
+    """Shard ``index`` of ``count`` of a model step. The unsharded step is shard 0 of 1 (``Shard()``): it holds every
+    prompt, and its task writes the step's own table part; a shard of several writes its own part for the merge."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    index: int = Field(0, ge=0)
+    count: int = Field(1, ge=1)
+
+    @classmethod
+    def all(cls, count: int) -> list[Shard]:
+        """Every shard of a step split ``count`` ways."""
+        return [cls(index=i, count=count) for i in range(count)]
+
+    @property
+    def whole(self) -> bool:
+        """The step unsplit: shard 0 of 1."""
+        return self.count == 1
+
+    def span(self, n: int) -> tuple[int, int]:
+        """[start, stop) of this shard's prompts among ``n``."""
+        return bounds(n, self.count)[self.index]
+
+    def label(self, step: str) -> str:
+        """The shard's name in the step log: ``<step>/shard-<i>``."""
+        return f"{step}/shard-{self.index}"
+
+    def activity(self, what: str) -> str:
+        """The progress line's name: ``sample`` for the whole step, ``sample 2/3`` for a shard."""
+        return what if self.whole else f"{what} {self.index + 1}/{self.count}"
 
 
 def in_shard(rows: Iterable[dict], span: Sequence[int]) -> Rows:

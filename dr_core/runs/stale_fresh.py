@@ -3,7 +3,8 @@
 After round t of a co-evolution run, the response sets of P(t-1) are scored twice with the same frozen verifier:
 by the **stale** generator G(t-1) (trained on P(t-2)'s outputs) and by the **fresh** G(t) (trained on P(t-1)'s),
 written under stages ``stale`` and ``fresh`` of round t. ``plan`` finds, from the store alone, the checkpoints and
-the sets; ``flows/stale_fresh.py`` runs the scoring; ``dr_core.report`` shows the comparison.
+the sets; ``restage`` copies the sets under the new stage; ``flows/stale_fresh.py`` runs the scoring;
+``dr_core.report`` shows the comparison.
 
 Which sets: the measure-stage samples of round t-1 (P(t-1)'s sets, scored by G(t-1) when they were measured); when
 round t-1 was not measured (round 0 without ``measure_start``), the generator-stage samples of round t (the sets
@@ -15,8 +16,11 @@ P(t-1) produced for G(t)'s training, which favours the fresh generator: the plan
 
 from __future__ import annotations
 
+import pyarrow as pa
+
 from dr_core.config import DEFAULT_MODEL
 from dr_core.model import is_bundled
+from dr_core.runs.refs import ArtifactRef, StepContext, write_ref
 from dr_core.store.artifacts import Store
 
 
@@ -87,3 +91,14 @@ def plan(store: Store, run_id: str, round_no: int | None = None) -> dict:
         "sets": sets,
         "config_json": config_json,
     }
+
+
+def restage(ctx: StepContext, source_uri: str) -> ArtifactRef:
+    """Copy the samples file at ``source_uri`` to ``<stage>-samples`` of the context's run and round, with the
+    context's stage (``stale`` or ``fresh``): each stage's rows then sit side by side in one partition, and every
+    query joins them like any other stage. The copy's content is the same on every run, so the round tasks downstream
+    hit their content cache on a re-run."""
+    s = Store.from_url(ctx.store)
+    t = s.read(source_uri).drop_columns(["run_id", "round", "stage"])
+    t = t.append_column("stage", pa.array([ctx.stage] * t.num_rows, pa.string()))
+    return write_ref(s, "samples", t, f"{ctx.stage}-samples", **ctx.partition)

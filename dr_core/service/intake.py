@@ -19,6 +19,7 @@ from datetime import datetime, timezone
 from functools import partial
 from typing import TYPE_CHECKING, Callable
 
+from dr_core.config.service import ServiceSettings
 from dr_core.engines.base import Engine
 from dr_core.service.answers import answer_batch, openrlhf_answer
 from dr_core.service.batcher import Batcher, count_batch
@@ -27,7 +28,6 @@ from dr_core.service.groups import GroupCollector, count_timeout, submit_group
 from dr_core.service.ledger import Ledger, prompt_id
 from dr_core.service.metrics import Metrics
 from dr_core.service.scoring import Member, Scorer, SetJob
-from dr_core.service.settings import ServiceSettings
 from dr_core.store.artifacts import Store
 
 if TYPE_CHECKING:

@@ -18,8 +18,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
 
+from dr_core.config.service import ServiceSettings
 from dr_core.service.errors import BadRequest
-from dr_core.service.settings import ServiceSettings
 
 #: request ids and group ids: printable, no spaces, at most 200 characters (they are stored and logged)
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/@#+=-]{0,199}$"

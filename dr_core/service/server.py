@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 from dr_core.config import EnginesConfig
-from dr_core.service.settings import ServiceSettings
+from dr_core.config.service import ServiceSettings
 from dr_core.store.artifacts import Store
 
 Log = Callable[[str], None]

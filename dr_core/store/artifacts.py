@@ -30,6 +30,7 @@ import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from dr_core.constants import SEGMENT_PATTERN
 from dr_core.hashing import update_from_file
 from dr_core.paths import cache_dir
 from dr_core.store import atomic, sql
@@ -41,8 +42,6 @@ from dr_core.store.schemas import TABLES, conform, spec, to_arrow
 #: parts with and without it. Small files only: reading by name reads every part's footer first.
 UNION_BY_NAME = frozenset({"steps"})
 
-#: Partition values (run ids among them) and part names become path segments: keep them plain.
-SEGMENT_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 _SEGMENT = re.compile(SEGMENT_PATTERN)
 
 

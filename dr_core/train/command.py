@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from dr_core.config import EngineConfig, EnginesConfig
+from dr_core.config.training import GRPOSettings, LaunchSettings
 from dr_core.paths import REPO_DIR
 from dr_core.train.launch import PROGRESS_ENV, dump_rows
 from dr_core.train.plan import LaunchPlan
-from dr_core.train.settings import GRPOSettings, LaunchSettings
 
 
 @dataclass(frozen=True)

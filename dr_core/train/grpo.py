@@ -35,7 +35,7 @@ training again (``dr_core.train.publish``); either way ``on_rollouts`` sees each
 once per call. Multi-GPU: ``accelerate launch --config_file infra/accelerate/zero2.yaml -m dr_core.train.launch ...``
 (``dr_core.train.multi`` builds and runs that command).
 
-    python -c "from dr_core.train.settings import GRPOSettings; print(GRPOSettings())"
+    python -c "from dr_core.config.training import GRPOSettings; print(GRPOSettings())"
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
+from dr_core.config.training import GRPOSettings
 from dr_core.engines.base import Engine
 from dr_core.evaluator.generate import shuffled_order
 from dr_core.resources import return_freed_memory
@@ -77,7 +78,6 @@ from dr_core.train.rewards import (
     rollout_prefix,
 )
 from dr_core.train.rows import GeneratorRow, OnRollouts, PolicyRow
-from dr_core.train.settings import GRPOSettings
 from dr_core.train.trainer import (
     build_trainer,
     cpu_deepspeed_without_gpu,

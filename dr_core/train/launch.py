@@ -14,7 +14,7 @@ Keep per_device_train_batch_size a multiple of num_generations: each process mus
 On CPU (tests) DeepSpeed needs ``TORCH_EXTENSIONS_DIR`` set (it compiles a C++ op once; see ``extensions_dir``).
 
 The training task does not call this by hand: with ``CoevolveConfig.launch`` asking for more than one process
-(``dr_core.train.settings.LaunchSettings``), ``dr_core.train.multi`` writes these input files, runs the command
+(``dr_core.config.training.LaunchSettings``), ``dr_core.train.multi`` writes these input files, runs the command
 above and reads the result and every rank's records back. With ``DR_PROGRESS_LINES=1`` (set by that launcher) rank
 0 also prints its progress (``dr_core.progress``: the GRPO steps) as ``DR-PROGRESS {json}`` lines, which the
 launcher turns back into its own progress.
@@ -29,11 +29,11 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from dr_core.config.training import GRPOSettings
 from dr_core.constants import TRAINED_ROLES
 from dr_core.engines.base import Engine
 from dr_core.paths import cache_dir
 from dr_core.train.grpo import GeneratorRow, PolicyRow, TrainResult, result_dict, train_generator, train_policy
-from dr_core.train.settings import GRPOSettings
 
 
 def extensions_dir() -> Path:

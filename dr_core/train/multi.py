@@ -1,5 +1,5 @@
 """One GRPO update in several processes or on several machines: ``accelerate launch`` of ``dr_core.train.launch``,
-driven by ``LaunchSettings`` (``dr_core.train.settings``; ``CoevolveConfig.launch``), so one flow trains in the
+driven by ``LaunchSettings`` (``dr_core.config.training``; ``CoevolveConfig.launch``), so one flow trains in the
 calling process on a laptop, on N GPUs of one machine, and on M machines.
 
 The three shapes (``launch:`` in the co-evolution config):
@@ -55,6 +55,7 @@ import sys
 from pathlib import Path
 
 from dr_core.config import EngineConfig
+from dr_core.config.training import GRPOSettings, LaunchSettings
 from dr_core.paths import REPO_DIR
 from dr_core.train.command import LaunchFiles, accelerate_command, launch_env, worker_command, write_inputs
 from dr_core.train.launch import extensions_dir, rollouts_path
@@ -63,7 +64,6 @@ from dr_core.train.publish import FINAL_DIR, RESULT_FILE, TrainResult, is_comple
 from dr_core.train.resume import history_path
 from dr_core.train.rows import OnRollouts
 from dr_core.train.runner import STOP_GRACE_S, TAIL_LINES, LaunchError, ProgressMirror, run_launch
-from dr_core.train.settings import GRPOSettings, LaunchSettings
 
 __all__ = [
     "STOP_GRACE_S",

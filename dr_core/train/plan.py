@@ -20,8 +20,8 @@ from typing import Mapping
 import yaml
 
 from dr_core.config import EngineConfig
+from dr_core.config.training import HEAD_LAUNCHERS, GRPOSettings, LaunchSettings
 from dr_core.paths import REPO_DIR
-from dr_core.train.settings import HEAD_LAUNCHERS, GRPOSettings, LaunchSettings
 
 
 @dataclass(frozen=True)

@@ -18,11 +18,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dr_core.config.training import GRPOSettings
 from dr_core.constants import COMPLETE_MARKER
 from dr_core.store.atomic import publish_dir
 from dr_core.train import lora
 from dr_core.train.resume import CHECKPOINTS_DIR
-from dr_core.train.settings import GRPOSettings
 
 FINAL_DIR = "final"
 RESULT_FILE = "result.json"

@@ -65,6 +65,7 @@ from typing import Sequence
 import numpy as np
 
 from dr_core import progress
+from dr_core.config.training import GRPOSettings
 from dr_core.constants import UNSCORABLE
 from dr_core.engines.base import Engine
 from dr_core.evaluator.generate import shuffled_order
@@ -74,7 +75,6 @@ from dr_core.rubric import prompts
 from dr_core.rubric.schema import Rubric, RubricError, parse_rubric
 from dr_core.scoring.equations import anchor_reward, combined_advantages
 from dr_core.train.rows import GeneratorRow, OnRollouts, PolicyRow
-from dr_core.train.settings import GRPOSettings
 
 
 class GroupSplitError(RuntimeError):

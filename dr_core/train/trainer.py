@@ -6,7 +6,7 @@ so the KL term and its gradient are 0), and on one process it scores only the co
 (``dr_core.train.logprobs``). A one-step update gets beta = 0 and no reference model at all (``effective_beta``).
 
 Float32 master weights always: with bf16 the trainer runs mixed precision (autocast). On CPU: bf16 mixed precision
-where the CPU has bf16 instructions, float32 elsewhere (``GRPOSettings.bf16`` 'auto', dr_core/numerics.py),
+where the CPU has bf16 instructions, float32 elsewhere (``GRPOSettings.bf16`` 'auto', dr_core/config/numerics.py),
 ``OMP_NUM_THREADS=1``, ``use_vllm=False`` (TRL's vLLM modes need CUDA here; ``dr_core.train.rollouts`` has its own);
 several CPU processes (DeepSpeed tests) get ``ddp_backend="gloo"``, which accelerate does not pick by itself.
 Multi-GPU: ``accelerate launch --config_file infra/accelerate/zero2.yaml -m dr_core.train.launch ...``.
@@ -22,8 +22,8 @@ import os
 from pathlib import Path
 
 from dr_core import faults, progress
+from dr_core.config.training import GRPOSettings
 from dr_core.train import logprobs, lora
-from dr_core.train.settings import GRPOSettings
 
 
 def cpu_deepspeed_without_gpu() -> None:

@@ -1,0 +1,40 @@
+"""A model's identity for artifacts and cache keys (``model_id``): what a stored row names as its model, and what a
+step's cache key sees instead of a checkpoint's location."""
+
+from __future__ import annotations
+
+import hashlib
+from functools import lru_cache
+from pathlib import Path
+
+from dr_core.config import EngineConfig, redact_url
+from dr_core.hashing import update_from_file
+from dr_core.model import is_bundled, model_identity
+
+
+@lru_cache(maxsize=64)
+def _dir_fingerprint(path: str) -> str:
+    h = hashlib.sha256()
+    for f in sorted(Path(path).iterdir()):
+        if f.is_file() and (f.suffix in {".json", ".safetensors", ".bin", ".model", ".txt", ".jinja"}):
+            h.update(f.name.encode())
+            with f.open("rb") as fh:
+                update_from_file(h, fh)
+    return h.hexdigest()[:16]
+
+
+def model_id(cfg: EngineConfig) -> str:
+    """A model's identity for artifacts and cache keys: a bundled checkpoint by the GGUF hash it came from, a
+    local checkpoint by a hash of its files, a served model by URL (never its credentials) and name.
+
+    A list of endpoints is identified by all its URLs, sorted and joined by ","
+    (``http://a/v1,http://b/v1#name``): the order of the list changes nothing, while adding, removing or swapping a
+    replica gives a new identity, so results of one set of servers are never reused for another that may serve a
+    different model (the name is often 'default': whatever each server serves). The price is a cache miss when a
+    replica of the same model is added; the step's engine config changes then too, and that is in its cache key
+    anyway. One URL keeps its identity of before."""
+    if cfg.kind == "openai_http":
+        return f"{','.join(sorted(redact_url(u) for u in cfg.base_urls))}#{cfg.model}"
+    if is_bundled(cfg.model):
+        return model_identity(cfg.model)
+    return f"{Path(cfg.model).name}@{_dir_fingerprint(str(Path(cfg.model).expanduser().resolve()))}"

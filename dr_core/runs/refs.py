@@ -1,0 +1,132 @@
+"""What the pipeline's steps pass each other: where a step writes (``StepContext``) and what it wrote (typed
+references), never frames.
+
+- ``StepContext``: the store, the run id, the round and the stage of one step's artifacts, passed to a task as one
+  argument. Only the stage is part of what the step computes: the cache key sees ``cache_identity()`` (the stage),
+  never the store, the run id or the round, so the same work under another run id or in another round hits the
+  cache (tasks/options.py).
+- ``ArtifactRef``: one Parquet part file, ``{uri, sha256, rows}``, and what the step measured beside it (``cost``
+  of model calls). The cache key of a step that reads it sees its content hash, never its URI. ``ShardRef`` adds
+  which shard of a step wrote it (``shard`` of ``shards``, the ``sets`` range); ``EvalRef`` the metrics of an
+  evaluation.
+- ``CheckpointRef``: a model checkpoint, ``{uri, fingerprint}``: the cache key sees its identity, never its URI.
+  ``UpdateRef`` adds what a GRPO update measured (steps, rewards, timings, degenerate-signal counts).
+- ``RoundInputs`` (prompts and anchors of a round) and ``Scored`` (Eq. 12 scores and the generator's rewards).
+- ``write_ref``: write a step's rows and return their ``ArtifactRef``.
+
+All are frozen pydantic models: Prefect persists them as task results, and ``model_dump()`` gives the plain dicts
+that the flows return and the CLI prints.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from dr_core.store.artifacts import Store
+
+
+class _Ref(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class StepContext(_Ref):
+    """Where one step's artifacts go: the store URL, the run id (partition), round t and the stage
+    (``dr_core.store.schemas.STAGES``)."""
+
+    store: str
+    run_id: str
+    round_no: int
+    stage: str = "measure"
+
+    def at(self, *, round_no: int | None = None, stage: str | None = None) -> StepContext:
+        """The same run in another round or stage."""
+        return self.model_copy(update={k: v for k, v in (("round_no", round_no), ("stage", stage)) if v is not None})
+
+    def cache_identity(self) -> dict:
+        """What the cache key sees of the context: the stage (the rows carry it); not where the rows go."""
+        return {"stage": self.stage}
+
+    @property
+    def partition(self) -> dict:
+        """The partition keys of the step's run tables: ``{"run_id", "round"}``."""
+        return {"run_id": self.run_id, "round": self.round_no}
+
+
+class ArtifactRef(_Ref):
+    """One step's Parquet part: where it is, its content hash, its row count, and the cost of the model calls that
+    made it (``dr_core.evaluator.endpoints``; None for a step without model calls)."""
+
+    uri: str
+    sha256: str
+    rows: int
+    cost: dict[str, Any] | None = None
+
+
+class ShardRef(ArtifactRef):
+    """One shard's part of a model step (``dr_core.runs.shards``): shard ``shard`` of ``shards``, holding the sets
+    ``sets`` = [start, stop)."""
+
+    shard: int
+    shards: int
+    sets: tuple[int, int]
+
+
+class EvalRef(ArtifactRef):
+    """An evaluation's ``eval`` rows and its headline metrics."""
+
+    metrics: dict[str, Any]
+
+
+class RoundInputs(_Ref):
+    """The round's prompts and ranked anchor lists (``select-inputs``)."""
+
+    prompts: ArtifactRef
+    anchors: ArtifactRef
+
+
+class Scored(_Ref):
+    """Eq. 12 scores per response and R_disc / R_anchor / advantages per rubric rollout (``score``)."""
+
+    scores: ArtifactRef
+    rewards: ArtifactRef
+
+
+class CheckpointRef(_Ref):
+    """A model checkpoint: ``uri`` where it lives (a bundled model's name for a start model), ``fingerprint`` its
+    identity (``tasks.runtime.model_id``)."""
+
+    uri: str
+    fingerprint: str
+
+
+class UpdateRef(CheckpointRef):
+    """The checkpoint a GRPO update wrote, with what the update measured (tasks/train.py)."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    steps: int
+    reward_first: float | None = None
+    reward_last: float | None = None
+    seconds: float
+    step_seconds: float | None = None
+    resumed_from: str | None = None
+    history: list[dict] = []
+    rollout_stats: dict | None = None
+    rollouts: int = 0
+    group_size: int
+    zero_std_by_step: list[dict] = []
+    no_gradient_steps: int = 0
+
+    @property
+    def checkpoint(self) -> CheckpointRef:
+        """The reference alone, without the metrics."""
+        return CheckpointRef(uri=self.uri, fingerprint=self.fingerprint)
+
+
+def write_ref(store: Store, table: str, rows, part: str, **keys) -> ArtifactRef:
+    """Write one step's rows as ``<table>/<keys>/<part>.parquet`` and return its reference (uri, content hash,
+    row count)."""
+    uri = store.write(table, rows, part=part, **keys)
+    return ArtifactRef(uri=uri, sha256=store.content_hash(uri), rows=len(rows))
