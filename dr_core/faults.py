@@ -33,7 +33,8 @@ The points (name, qualifiers, where):
     DR_FAULT='kill@store-write:verdicts#1' dr round ...    # SIGKILL half-way through the first verdicts write
     DR_FAULT='pause@verify#1' DR_FAULT_DIR=/tmp/f dr round ...
 
-Pure: no Prefect, no I/O unless a rule fires. The hit counters are per process. tests/test_faults.py is the matrix.
+Pure: no Prefect, no I/O unless a rule fires. The hit counters are per process. tests/integration/test_faults.py is the
+matrix.
 """
 
 from __future__ import annotations

@@ -5,6 +5,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import pytest
+
 # 2-core machines: one thread per heavy op keeps a loaded machine from thrashing (ENVIRONMENT.md).
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -22,7 +24,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # (-m "not slow and not integration") converts nothing. To reuse converted models (and compiled ops) across
 # sessions, point DR_TEST_CACHE_DIR at a persistent directory of your own; it is used as is and kept:
 #
-#     DR_TEST_CACHE_DIR=~/.cache/dynamicrubric-tests .venv/bin/python -m pytest -q tests/test_round_flow.py
+#     DR_TEST_CACHE_DIR=~/.cache/dynamicrubric-tests .venv/bin/python -m pytest -q tests/integration/test_round_flow.py
 _PERSISTENT_CACHE = os.environ.get("DR_TEST_CACHE_DIR")
 TEST_CACHE_DIR = (
     Path(_PERSISTENT_CACHE).expanduser() if _PERSISTENT_CACHE else Path(tempfile.mkdtemp(prefix="dr-test-cache-"))
@@ -31,7 +33,32 @@ TEST_CACHE_DIR.mkdir(parents=True, exist_ok=True)
 os.environ["DR_CACHE_DIR"] = str(TEST_CACHE_DIR)
 os.environ["PREFECT_HOME"] = str(TEST_CACHE_DIR / "prefect")  # where dr_core.config.runtime.configure_prefect puts it
 
-pytest_plugins = ["tests.fixtures_s3", "tests.fixtures_model", "tests.fixtures_prefect", "tests.fixtures_grpo"]
+pytest_plugins = [
+    "tests.support.fixtures_s3",
+    "tests.support.fixtures_model",
+    "tests.support.fixtures_prefect",
+    "tests.support.fixtures_grpo",
+]
+
+#: The folders say what a test needs; its ``integration`` marker follows from them (``-m "not integration"``: unit/).
+INTEGRATION_DIR = Path(__file__).resolve().parent / "integration"
+UNIT_DIR = Path(__file__).resolve().parent / "unit"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Every test under tests/integration/ is marked ``integration``. A test under tests/unit/ marked so by hand
+    belongs in tests/integration/, and a test file in neither folder has no tier: both stop the collection."""
+    misplaced = []
+    for item in items:
+        path = Path(str(item.fspath)).resolve()
+        if path.is_relative_to(INTEGRATION_DIR):
+            item.add_marker(pytest.mark.integration)
+        elif not path.is_relative_to(UNIT_DIR):
+            misplaced.append(f"{item.nodeid}: neither under tests/unit/ nor tests/integration/")
+        elif item.get_closest_marker("integration"):
+            misplaced.append(f"{item.nodeid}: marked integration, but under tests/unit/")
+    if misplaced:
+        raise pytest.UsageError("tests in the wrong folder:\n" + "\n".join(misplaced))
 
 
 def pytest_unconfigure(config):

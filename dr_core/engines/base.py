@@ -59,7 +59,7 @@ class EngineError(RuntimeError):
 
 
 class Engine(abc.ABC):
-    """A chat model. Every implementation passes tests/test_engines_contract.py."""
+    """A chat model. Every implementation passes tests/integration/test_engines_contract.py."""
 
     #: identifies the model in artifacts (checkpoint path or served model name)
     model_name: str

@@ -30,7 +30,7 @@ service restart is answered once. A 4xx is a bug in the caller's data: ``RewardS
 httpx only: no torch, no TRL import. ``fill_unscorable`` is the service's own (``dr_core.service.answers``, which
 imports nothing but the standard library). A trainer that loads this file by path without the package installed
 (verl's ``custom_reward_function.path``) gets the same rule from the copy below, which
-tests/test_service_logic.py checks against the service's.
+tests/unit/test_service_logic.py checks against the service's.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ import pyarrow as pa
 
 from dr_core.paths import SQL_DIR
 
-#: The DuckDB names other packages need, so that only dr_core/store imports duckdb (tests/test_structure.py).
+#: The DuckDB names other packages need, so that only dr_core/store imports duckdb (tests/unit/test_structure.py).
 Connection = duckdb.DuckDBPyConnection
 DatabaseError = duckdb.Error
 

@@ -7,7 +7,7 @@ The engines file holds no secret: it is written with ``model_dump(mode="json")``
 ``check_launch`` (``dr_core.train.plan``) has refused inline ones. The environment withholds the variables matching
 ``launch.withhold_env`` except those an engine's ``api_key_env`` names (see "Secrets" in ``dr_core.train.multi``).
 
-    .venv/bin/python -m pytest -q tests/test_train_launch.py   # the command, among the launcher's other logic
+    .venv/bin/python -m pytest -q tests/unit/test_train_launch.py   # the command, among the launcher's other logic
 """
 
 from __future__ import annotations

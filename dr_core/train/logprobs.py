@@ -2,7 +2,7 @@
 
 TRL 1.16's ``GRPOTrainer._get_per_token_logps_and_entropies`` runs a fused, chunked LM head that, off CUDA/XPU, scores
 every position of prompt + completion; ``dr_core.train.grpo``'s trainer calls ``completion_logps`` instead where
-``completion_only_head`` says it may (tests/test_grpo.py checks both against TRL's, gradients included).
+``completion_only_head`` says it may (tests/unit/test_grpo.py checks both against TRL's, gradients included).
 
     python -c "from dr_core.train.logprobs import completion_logps; help(completion_logps)"
 """

