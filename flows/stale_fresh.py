@@ -19,7 +19,7 @@ from dr_core.report import collect
 from dr_core.runs.refs import RoundInputs, StepContext
 from dr_core.runs.stale_fresh import plan
 from dr_core.store.artifacts import SEGMENT_PATTERN, Store, default_store_url
-from flows.steps import Steps, with_models
+from flows.steps import Steps, score_sets, with_models
 from tasks import round as round_tasks
 from tasks.runtime import model_id
 from tasks.stale_fresh import restage_samples
@@ -86,34 +86,10 @@ def _check_prompts(st: Store, p: dict, inputs: RoundInputs) -> None:
 def score_stage(steps: Steps, rc: RoundConfig, inputs: RoundInputs, sets_uri: str) -> None:
     """P(t-1)'s sets under stage ``steps.ctx.stage``, scored by the generator of ``rc``: rubrics, verdicts, scores,
     each step logged under ``<stage>/<step>``."""
-    stage = steps.ctx.stage
-    samples = steps.run(restage_samples, f"{stage}/restage-samples", steps.ctx, sets_uri)
-    models = round_tasks.model_ids(rc)
-    rubrics = steps.model_step(
-        round_tasks.generate_rubrics,
-        "generator",
-        f"{stage}/generate-rubrics",
-        rc,
-        inputs.prompts,
-        samples,
-        models["generator"],
-        table="rubrics",
-    )
-    verdicts = steps.model_step(
-        round_tasks.verify,
-        "verifier",
-        f"{stage}/verify",
-        rc,
-        inputs.prompts,
-        samples,
-        inputs.anchors,
-        rubrics,
-        models["verifier"],
-        table="verdicts",
-    )
-    scored = steps.run(round_tasks.score, f"{stage}/score", steps.ctx, rubrics, verdicts)
-    artifacts = {"samples": samples, "rubrics": rubrics, "verdicts": verdicts, **dict(scored)}
-    steps.run(round_tasks.adopt, f"{stage}/adopt-artifacts", steps.ctx, artifacts)
+    prefix = f"{steps.ctx.stage}/"
+    samples = steps.run(restage_samples, prefix + "restage-samples", steps.ctx, sets_uri)
+    artifacts = score_sets(steps, rc, inputs, samples, prefix)
+    steps.run(round_tasks.adopt, prefix + "adopt-artifacts", steps.ctx, artifacts)
 
 
 if __name__ == "__main__":

@@ -170,6 +170,28 @@ def measure(
     if inputs is None:
         inputs = steps.run(round_tasks.select_inputs, prefix + "select-inputs", cfg, steps.ctx.store)
     samples = sample_step(steps, cfg, inputs, models["policy"], prefix + "sample")
+    artifacts = {**dict(inputs), **score_sets(steps, cfg, inputs, samples, prefix)}
+    if run_eval:
+        artifacts["eval"] = steps.remote(
+            round_tasks.evaluate_evaluator,
+            "verifier",
+            prefix + "evaluate-evaluator",
+            cfg,
+            models["generator"],
+            models["verifier"],
+        )
+    artifacts = steps.run(round_tasks.adopt, prefix + "adopt-artifacts", steps.ctx, artifacts)
+    summary = steps.run(round_tasks.summarise, prefix + "summarise", steps.ctx, artifacts)
+    return Measured(summary=summary, artifacts=artifacts)
+
+
+def score_sets(
+    steps: Steps, cfg: RoundConfig, inputs: RoundInputs, samples: ArtifactRef, prefix: str
+) -> dict[str, ArtifactRef]:
+    """The sets ``samples`` scored by the engines of ``cfg`` under ``steps.ctx.stage``: rubrics for (x, C), the
+    verifier's answers on C and the anchor list, Eq. 12 scores and the generator's rewards. Returns the artifacts
+    (samples, rubrics, verdicts, scores, rewards); each step is logged under ``prefix + name``."""
+    models = round_tasks.model_ids(cfg)
     rubrics = steps.model_step(
         round_tasks.generate_rubrics,
         "generator",
@@ -193,19 +215,7 @@ def measure(
         table="verdicts",
     )
     scored = steps.run(round_tasks.score, prefix + "score", steps.ctx, rubrics, verdicts)
-    artifacts = {**dict(inputs), "samples": samples, "rubrics": rubrics, "verdicts": verdicts, **dict(scored)}
-    if run_eval:
-        artifacts["eval"] = steps.remote(
-            round_tasks.evaluate_evaluator,
-            "verifier",
-            prefix + "evaluate-evaluator",
-            cfg,
-            models["generator"],
-            models["verifier"],
-        )
-    artifacts = steps.run(round_tasks.adopt, prefix + "adopt-artifacts", steps.ctx, artifacts)
-    summary = steps.run(round_tasks.summarise, prefix + "summarise", steps.ctx, artifacts)
-    return Measured(summary=summary, artifacts=artifacts)
+    return {"samples": samples, "rubrics": rubrics, "verdicts": verdicts, **dict(scored)}
 
 
 def sample_step(steps: Steps, cfg: RoundConfig, inputs: RoundInputs, policy_model: str, name: str) -> ArtifactRef:

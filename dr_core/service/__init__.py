@@ -16,8 +16,7 @@ The answer is made before the commit because the commit record stores it (a retr
 stores it as given and makes none. Used by every stage: ``dr_core.config.service`` (what the service is told),
 ``errors`` (what a request can run into, with its HTTP status), ``metrics`` (Prometheus text). Outside the flow:
 ``server`` (uvicorn, ``dr serve``) and ``clients`` (TRL and verl reward functions that call a running service; they
-import only
-``answers.fill_unscorable`` of the service).
+import only ``answers.fill_unscorable`` of the service).
 
 FastAPI, Starlette and uvicorn are imported here only (tests/unit/test_structure.py).
 """
