@@ -38,7 +38,8 @@ BAD_INPUT = (DataError, ValueError, TypeError, KeyError, FileNotFoundError)
 
 #: Config fields that say where work runs, not what it computes (``RoundConfig.scale``: shards and Ray resources):
 #: left out of cache keys, so a run moved to a Ray cluster, or split into more shards, hits the cache of the same
-#: work done elsewhere (the shards' merged rows are the unsharded rows, byte for byte: tests/test_ray_shards.py).
+#: work done elsewhere (the shards' merged rows are the unsharded rows, byte for byte:
+# tests/integration/test_shards.py).
 PLACEMENT_FIELDS = frozenset({"scale"})
 
 #: The project's own top-level packages: the code a step can run.

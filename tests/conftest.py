@@ -45,18 +45,27 @@ INTEGRATION_DIR = Path(__file__).resolve().parent / "integration"
 UNIT_DIR = Path(__file__).resolve().parent / "unit"
 
 
+def tier_problem(path: Path, marked_integration: bool) -> str | None:
+    """Why a test at ``path`` is in the wrong folder, or None: a test under tests/unit/ marked ``integration`` by
+    hand belongs in tests/integration/, and a test in neither folder has no tier."""
+    if path.is_relative_to(INTEGRATION_DIR):
+        return None
+    if not path.is_relative_to(UNIT_DIR):
+        return "neither under tests/unit/ nor tests/integration/"
+    return "marked integration, but under tests/unit/" if marked_integration else None
+
+
 def pytest_collection_modifyitems(config, items):
-    """Every test under tests/integration/ is marked ``integration``. A test under tests/unit/ marked so by hand
-    belongs in tests/integration/, and a test file in neither folder has no tier: both stop the collection."""
+    """Every test under tests/integration/ is marked ``integration``; a test in the wrong folder (``tier_problem``)
+    stops the collection."""
     misplaced = []
     for item in items:
         path = Path(str(item.fspath)).resolve()
-        if path.is_relative_to(INTEGRATION_DIR):
+        problem = tier_problem(path, item.get_closest_marker("integration") is not None)
+        if problem:
+            misplaced.append(f"{item.nodeid}: {problem}")
+        elif path.is_relative_to(INTEGRATION_DIR):
             item.add_marker(pytest.mark.integration)
-        elif not path.is_relative_to(UNIT_DIR):
-            misplaced.append(f"{item.nodeid}: neither under tests/unit/ nor tests/integration/")
-        elif item.get_closest_marker("integration"):
-            misplaced.append(f"{item.nodeid}: marked integration, but under tests/unit/")
     if misplaced:
         raise pytest.UsageError("tests in the wrong folder:\n" + "\n".join(misplaced))
 

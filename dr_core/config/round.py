@@ -40,7 +40,8 @@ class RoleResources(BaseModel):
 
 class ScaleConfig(BaseModel):
     """How a round's model steps fan out (README "From laptop to cluster"). Not part of any cache key
-    (tasks/options.py): the rows are the same whatever the shards and resources (tests/test_ray_shards.py)."""
+    (tasks/options.py): the rows are the same whatever the shards and resources (tests/integration/test_shards.py,
+    tests/integration/test_ray_round.py)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 

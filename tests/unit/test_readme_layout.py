@@ -1,0 +1,67 @@
+"""The README's Layout section matches the tree: every path it lists exists, and every module of the project's
+packages is listed in it (a new module needs its line; a moved one, its new place). And the test folders' rule:
+the ``integration`` marker follows the folder (tests/conftest.py)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+#: The packages whose every module the Layout lists.
+LISTED = ("cli", "flows", "tasks", "dr_core")
+
+
+def layout_entries(readme: str) -> set[str]:
+    """The paths of the Layout section's tree: an entry is the names before the first run of two spaces on a line
+    (several joined by ", "), nested under the entry above it with less indentation."""
+    section = readme.split("\n## Layout\n", 1)[1].split("\n## ", 1)[0]
+    block = section.split("```\n", 1)[1].split("```", 1)[0]
+    paths, stack = set(), []  # stack: (indent, directory)
+    for line in block.splitlines():
+        if not line.strip() or line.startswith(" " * 20):  # a continuation of the description above
+            continue
+        indent = len(line) - len(line.lstrip())
+        names = re.split(r"\s{2,}", line.strip(), maxsplit=1)[0]
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        parent = stack[-1][1] if stack else ""
+        for name in (n.strip() for n in names.split(",")):
+            path = f"{parent}{name}"
+            paths.add(path.rstrip("/"))
+            if name.endswith("/"):
+                stack.append((indent, path))
+    return paths
+
+
+def test_every_listed_path_exists_and_every_module_is_listed():
+    listed = layout_entries((ROOT / "README.md").read_text(encoding="utf-8"))
+    missing = sorted(p for p in listed if not (ROOT / p).exists())
+    assert not missing, f"the README's Layout lists paths that are not in the tree: {missing}"
+    modules = {
+        str(p.relative_to(ROOT))
+        for pkg in LISTED
+        for p in (ROOT / pkg).rglob("*.py")
+        if p.name != "__init__.py" and "__pycache__" not in p.parts
+    }
+    unlisted = sorted(modules - listed)
+    assert not unlisted, f"modules the README's Layout does not list: {unlisted}"
+
+
+def test_the_parser_nests_entries_by_indentation():
+    readme = (
+        "x\n## Layout\n\n```\ntop/                 a package\n  a.py, b.py         two modules\n"
+        "                     continued description\n  sub/               nested\n    c.py             deep\n"
+        "other.py             beside top\n```\n\n## Next\n"
+    )
+    assert layout_entries(readme) == {"top", "top/a.py", "top/b.py", "top/sub", "top/sub/c.py", "other.py"}
+
+
+def test_a_test_in_the_wrong_folder_is_named():
+    from tests.conftest import INTEGRATION_DIR, UNIT_DIR, tier_problem
+
+    assert tier_problem(UNIT_DIR / "test_x.py", False) is None
+    assert tier_problem(INTEGRATION_DIR / "test_x.py", True) is None
+    assert tier_problem(INTEGRATION_DIR / "test_x.py", False) is None  # marked by the folder
+    assert tier_problem(UNIT_DIR / "test_x.py", True) == "marked integration, but under tests/unit/"
+    assert tier_problem(UNIT_DIR.parent / "test_x.py", False) == "neither under tests/unit/ nor tests/integration/"
