@@ -16,7 +16,12 @@ from dr_core.evaluator.items import Check, EvalItem, StageStats
 from dr_core.evaluator.verify import verify
 from tests.support.netutil import free_port, free_ports, wait_until
 from tests.support.scripted_server import MODEL, ScriptedServer
+from tests.unit import test_engines_endpoints as unit_half
 from tests.unit.test_engines_endpoints import PW, Front, Held, conv, engine, expected
+
+# fixtures of the unit half that the tests here ask for by name
+clock = unit_half.clock
+slept = unit_half.slept
 
 
 # -- balancing ------------------------------------------------------------------------------------------------------

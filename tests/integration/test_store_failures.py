@@ -8,7 +8,12 @@ import uuid
 import pytest
 
 from dr_core.store.artifacts import Store
+from tests.unit import test_store_failures as unit_half
 from tests.unit.test_store_failures import ANCHORS, _one_error_line, dr
+
+# fixtures of the unit half that the tests here ask for by name
+real_s3 = unit_half.real_s3
+s3_env = unit_half.s3_env
 
 
 def test_wrong_secret_is_one_line_without_the_secret(real_s3, s3_env):
