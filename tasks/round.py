@@ -29,7 +29,7 @@ from dr_core.runs.shards import merge as merge_rows
 from dr_core.runs.shards import ordered as shard_order
 from dr_core.store.artifacts import Store
 from tasks.options import content_cache_key, retry_on_transient
-from tasks.runtime import engine_for, in_run, model_id, write_ref
+from tasks.runtime import engine_for, in_run, model_id, read_rows, write_ref
 
 #: Shared by every step: cached by content, persisted, retried on transient failure only.
 STEP = dict(
@@ -47,10 +47,6 @@ MODEL_STEP = dict(STEP, timeout_seconds=4 * 3600)
 RECORD_STEP = dict(persist_result=False, retries=2, retry_delay_seconds=2, retry_condition_fn=retry_on_transient)
 #: The run tables that ``adopt`` copies into a run's partition (prompts and anchors are not per run).
 RUN_TABLES = frozenset({"samples", "rubrics", "verdicts", "scores", "rewards", "eval"})
-
-
-def _rows(store: Store, ref: ArtifactRef) -> list[dict]:
-    return round_steps.rows_of(store.read(ref.uri))
 
 
 def _write_part(
@@ -86,7 +82,7 @@ def sample(
 ) -> ArtifactRef:
     """K responses per prompt of the shard from the policy (set ids: the prompts' positions in the round)."""
     s = Store.from_url(ctx.store)
-    prompt_rows = _rows(s, prompts)
+    prompt_rows = read_rows(s, prompts)
     lo, hi = shard.span(len(prompt_rows))
     with progress.activity(shard.activity("sample"), "responses"):
         rows = round_steps.sample_sets(
@@ -106,13 +102,13 @@ def generate_rubrics(
 ) -> ArtifactRef:
     """The generator's rubric list(s) for every response set of the shard."""
     s = Store.from_url(ctx.store)
-    prompt_rows = _rows(s, prompts)
+    prompt_rows = read_rows(s, prompts)
     span = shard.span(len(prompt_rows))
     with progress.activity(shard.activity("rubrics"), "rubrics"):
         rows, cost = round_steps.generate_rubric_rows(
             engine_for(cfg.engines.generator),
             prompt_rows,
-            in_shard(_rows(s, samples), span),
+            in_shard(read_rows(s, samples), span),
             cfg,
             generator_model,
             ctx.stage,
@@ -133,15 +129,15 @@ def verify(
 ) -> ArtifactRef:
     """The frozen verifier's yes/no for every rubric item on every response of the shard's sets and anchors."""
     s = Store.from_url(ctx.store)
-    prompt_rows = _rows(s, prompts)
+    prompt_rows = read_rows(s, prompts)
     span = shard.span(len(prompt_rows))
     with progress.activity(shard.activity("verify"), "verdicts"):
         rows, cost = round_steps.verify_sets(
             engine_for(cfg.engines.verifier),
             prompt_rows,
-            in_shard(_rows(s, samples), span),
-            _rows(s, anchors),
-            in_shard(_rows(s, rubrics), span),
+            in_shard(read_rows(s, samples), span),
+            read_rows(s, anchors),
+            in_shard(read_rows(s, rubrics), span),
             verifier_model,
             ctx.stage,
         )
@@ -176,7 +172,7 @@ def merge_shards(ctx: StepContext, table: str, parts: list[ArtifactRef], shards:
 def score(ctx: StepContext, rubrics: ArtifactRef, verdicts: ArtifactRef) -> Scored:
     """Eq. 12 scores, R_disc, R_anchor and advantages (no model work)."""
     s = Store.from_url(ctx.store)
-    score_rows, reward_rows = round_steps.score_sets(_rows(s, rubrics), _rows(s, verdicts), ctx.stage)
+    score_rows, reward_rows = round_steps.score_sets(read_rows(s, rubrics), read_rows(s, verdicts), ctx.stage)
     return Scored(
         scores=write_ref(s, "scores", score_rows, f"{ctx.stage}-scores", **ctx.partition),
         rewards=write_ref(s, "rewards", reward_rows, f"{ctx.stage}-rewards", **ctx.partition),
@@ -200,7 +196,7 @@ def summarise(ctx: StepContext, artifacts: dict[str, ArtifactRef]) -> dict:
     """The round's summary numbers from its artifacts (no model work; ``artifacts["eval"]``, if there, gives the
     evaluator's accuracy)."""
     s = Store.from_url(ctx.store)
-    get = {k: _rows(s, artifacts[k]) for k in ("prompts", "samples", "rubrics", "verdicts", "scores", "rewards")}
+    get = {k: read_rows(s, artifacts[k]) for k in ("prompts", "samples", "rubrics", "verdicts", "scores", "rewards")}
     ev = artifacts.get("eval")
     return round_steps.summarise(
         get["prompts"],

@@ -15,7 +15,8 @@ from urllib.parse import urlparse
 
 from dr_core.engines.identity import model_id
 from dr_core.engines.process import adopt_engine, close_engines, engine_for, keep_engines
-from dr_core.runs.refs import write_ref
+from dr_core.runs import round_steps
+from dr_core.runs.refs import ArtifactRef, write_ref
 from dr_core.store.artifacts import Store
 
 __all__ = [
@@ -25,9 +26,15 @@ __all__ = [
     "in_run",
     "keep_engines",
     "model_id",
+    "read_rows",
     "result_storage",
     "write_ref",
 ]
+
+
+def read_rows(store: Store, ref: ArtifactRef) -> list[dict]:
+    """The rows of the part ``ref`` points at, without the run partition columns."""
+    return round_steps.rows_of(store.read(ref.uri))
 
 
 def result_storage(store_url: str):

@@ -15,11 +15,12 @@ from prefect import task
 
 from dr_core.config import CoevolveConfig
 from dr_core.paths import cache_dir
-from dr_core.runs import round_steps, updates
+from dr_core.runs import updates
 from dr_core.runs.refs import ArtifactRef, CheckpointRef, RoundInputs, StepContext, UpdateRef
 from dr_core.runs.updates import base_ref, default_ref, local_dir
 from dr_core.store.artifacts import Store
 from tasks.options import content_cache_key, content_key, retry_on_transient
+from tasks.runtime import read_rows
 
 __all__ = ["base_ref", "default_ref", "local_dir", "train_generator", "train_policy"]
 
@@ -39,10 +40,6 @@ def _scratch(role: str, inputs: dict) -> Path:
     return cache_dir() / "train" / role / content_key(f"train-{role}", inputs, __name__)[:20]
 
 
-def _rows(s: Store, ref: ArtifactRef) -> list[dict]:
-    return round_steps.rows_of(s.read(ref.uri))
-
-
 @task(name="train-generator", **TRAIN_STEP)
 def train_generator(
     ctx: StepContext,
@@ -54,7 +51,7 @@ def train_generator(
 ) -> UpdateRef:
     """G(t-1) -> G(t) on the current policy's sets (R_disc + lam R_anchor, Eq. 24-25)."""
     s = Store.from_url(ctx.store)
-    rows = (_rows(s, inputs.prompts), _rows(s, samples), _rows(s, inputs.anchors))
+    rows = (read_rows(s, inputs.prompts), read_rows(s, samples), read_rows(s, inputs.anchors))
     scratch = _scratch(
         "generator",
         dict(
@@ -78,4 +75,4 @@ def train_policy(
     scratch = _scratch(
         "policy", dict(cfg=cfg, prompts=prompts, base=base, generator=generator, verifier=verifier_model)
     )
-    return updates.train_policy(ctx, cfg, _rows(s, prompts), base, generator, verifier_model, scratch)
+    return updates.train_policy(ctx, cfg, read_rows(s, prompts), base, generator, verifier_model, scratch)
