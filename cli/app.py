@@ -1,6 +1,6 @@
 """The ``dr`` app: its root option (``--debug``), the one error path around every command, and the command table.
 
-Each command's function lives in its group's module (demo, store_commands, models, evaluation, serving, runs,
+Each command's function lives in its group's module (doctor, demo, store_commands, models, evaluation, serving, runs,
 report); the table below registers them, in the order ``dr --help`` lists them. A project error raised anywhere
 below a command is one line on stderr and exit 2 (cli/output.py); ``cli/main.py`` is the installed entry point.
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 import typer
 from typer.core import TyperGroup
 
-from cli import demo, evaluation, models, report, runs, serving, store_commands
+from cli import demo, doctor, evaluation, models, report, runs, serving, store_commands
 from cli.output import DEBUG, error_line, fail, project_errors
 
 
@@ -52,6 +52,7 @@ def _root(
 
 
 # -- the command table: no model, store, evaluator, service, then the Prefect-run ones -----------------------------
+app.command()(doctor.doctor)
 app.command()(demo.demo)
 app.command()(store_commands.ingest)
 app.command("sql")(store_commands.sql_cmd)
