@@ -1,6 +1,6 @@
-"""The README's Layout section matches the tree: every path it lists exists, and every module of the project's
-packages is listed in it (a new module needs its line; a moved one, its new place). And the test folders' rule:
-the ``integration`` marker follows the folder (tests/conftest.py)."""
+"""The Layout section of docs/concepts/architecture.md matches the tree: every path it lists exists, and every
+module of the project's packages is listed in it (a new module needs its line; a moved one, its new place). And the
+test folders' rule: the ``integration`` marker follows the folder (tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -8,14 +8,16 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+#: The page whose "## Layout" section lists the tree.
+ARCHITECTURE = ROOT / "docs" / "concepts" / "architecture.md"
 #: The packages whose every module the Layout lists.
 LISTED = ("cli", "flows", "tasks", "dr_core")
 
 
-def layout_entries(readme: str) -> set[str]:
+def layout_entries(page: str) -> set[str]:
     """The paths of the Layout section's tree: an entry is the names before the first run of two spaces on a line
     (several joined by ", "), nested under the entry above it with less indentation."""
-    section = readme.split("\n## Layout\n", 1)[1].split("\n## ", 1)[0]
+    section = page.split("\n## Layout\n", 1)[1].split("\n## ", 1)[0]
     block = section.split("```\n", 1)[1].split("```", 1)[0]
     paths, stack = set(), []  # stack: (indent, directory)
     for line in block.splitlines():
@@ -35,9 +37,9 @@ def layout_entries(readme: str) -> set[str]:
 
 
 def test_every_listed_path_exists_and_every_module_is_listed():
-    listed = layout_entries((ROOT / "README.md").read_text(encoding="utf-8"))
+    listed = layout_entries(ARCHITECTURE.read_text(encoding="utf-8"))
     missing = sorted(p for p in listed if not (ROOT / p).exists())
-    assert not missing, f"the README's Layout lists paths that are not in the tree: {missing}"
+    assert not missing, f"the Layout of docs/concepts/architecture.md lists paths that are not in the tree: {missing}"
     modules = {
         str(p.relative_to(ROOT))
         for pkg in LISTED
@@ -45,16 +47,16 @@ def test_every_listed_path_exists_and_every_module_is_listed():
         if p.name != "__init__.py" and "__pycache__" not in p.parts
     }
     unlisted = sorted(modules - listed)
-    assert not unlisted, f"modules the README's Layout does not list: {unlisted}"
+    assert not unlisted, f"modules the Layout of docs/concepts/architecture.md does not list: {unlisted}"
 
 
 def test_the_parser_nests_entries_by_indentation():
-    readme = (
+    page = (
         "x\n## Layout\n\n```\ntop/                 a package\n  a.py, b.py         two modules\n"
         "                     continued description\n  sub/               nested\n    c.py             deep\n"
         "other.py             beside top\n```\n\n## Next\n"
     )
-    assert layout_entries(readme) == {"top", "top/a.py", "top/b.py", "top/sub", "top/sub/c.py", "other.py"}
+    assert layout_entries(page) == {"top", "top/a.py", "top/b.py", "top/sub", "top/sub/c.py", "other.py"}
 
 
 def test_a_test_in_the_wrong_folder_is_named():
