@@ -108,8 +108,10 @@ def page(results: Path = RESULTS) -> str:
         f"Generated at build time from the {len(names)} files in `infra/benchmarks/results/` by "
         "`infra/docs/results.py`, with their provenance from `infra/benchmarks/results/provenance.yaml`. Dates are "
         "the day each file was committed; a machine or command the file and the README do not record says "
-        f'"not recorded". Tables show at most {tables.MAX_ROWS} rows and lists at most {tables.MAX_VALUES} '
-        "values; the JSON files hold everything.",
+        f'"not recorded". Alike branches of a result (old and new, first run and re-run, ...) are compared side by '
+        "side, one row per measure and one column per branch. Tables show at most "
+        f"{tables.MAX_ROWS} rows (comparisons {tables.MAX_PIVOT_ROWS}) and lists at most {tables.MAX_VALUES} values; "
+        "logs are shown as their line count; the JSON files hold everything.",
         index,
     ]
     return "\n\n".join([*head, *(section(n, results) for n in names)]) + "\n"

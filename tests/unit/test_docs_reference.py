@@ -154,12 +154,57 @@ def test_tables_flatten_nested_results_readably():
         "a": 1.23456789,
         "b": {"c": [1, 2]},
         "rows": [{"x": 1, "y": {"z": 2}}] * 30,
-        "steps": {"s1": {"t": 1}, "s2": {"t": 2}},
+        "steps": {f"s{i}": {"t": i} for i in range(8)},
     }
     out = tables.render(data)
-    assert "`a` | 1\\.23457" in out and "`b.c` | &#91;1, 2&#93;" in out
+    assert "`a` | 1\\.235" in out and "`b.c` | &#91;1, 2&#93;" in out
     assert "| x | y\\.z |" in out and f"30 rows; the first {tables.MAX_ROWS} shown." in out
-    assert "| steps | t |" in out and "| `s1` | 1 |" in out
+    assert "| steps | t |" in out and "| `s1` | 1 |" in out  # many alike objects of few keys: one row per key
+
+
+def test_alike_branches_are_pivoted_one_row_per_leaf_one_column_per_branch():
+    log = "\n".join(f"line {i}" for i in range(50))
+    data = {
+        "baseline": "abc",
+        "old": {"first": {"wall_s": 418.0, "gen": {"s": 114.08238936}, "log": log}, "rerun": {"wall_s": 10.2}},
+        "new": {"first": {"wall_s": 206.5, "gen": {"s": 35.2039}, "log": log}, "rerun": {"wall_s": 10.3}},
+    }
+    out = tables.render(data)
+    assert "|  | old / first | old / rerun | new / first | new / rerun |" in out
+    assert "| `wall_s` | 418 | 10\\.2 | 206\\.5 | 10\\.3 |" in out
+    assert "| `gen.s` | 114\\.1 |  | 35\\.2 |  |" in out  # empty where a branch lacks the key
+    assert "| `log` | (log, 50 lines) |  | (log, 50 lines) |  |" in out and "line 7" not in out
+    assert "| `baseline` | abc |" in out
+
+
+def test_pivot_rows_and_columns_and_a_shared_object_of_objects():
+    columns = [
+        ("a", {"x": 1, "steps": {"s1": {"sec": 1.0, "state": "ok"}, "s2": {"sec": 2.0, "state": "ok"}}}),
+        ("b", {"x": 2, "y": 3, "steps": {"s1": {"sec": 0.5, "state": "ok"}, "s2": {"sec": 0.25, "state": "ok"}}}),
+    ]
+    (label, main), (where, steps) = tables.pivot(columns, "run")
+    assert label == "run" and main.splitlines()[0] == "|  | a | b |"
+    assert main.splitlines()[2:] == ["| `x` | 1 | 2 |", "| `y` |  | 3 |"]
+    assert where == "run.steps" and steps.splitlines()[0] == "| steps | sec (a) | sec (b) |"
+    assert "| `s2` | 2 | 0\\.25 |" in steps and "`state` ok" in steps  # a field with one value throughout is a note
+
+
+def test_few_wide_records_become_columns_named_by_their_leading_fields():
+    records = [{"arm": name, **{f"f{i}": i * k for i in range(12)}} for k, name in enumerate(["naive", "new"])]
+    (label, block), *_ = tables.records_blocks(records, "arms")
+    assert label == "arms" and block.splitlines()[0] == "|  | naive | new |"
+    assert "| `f3` | 0 | 3 |" in block and "`arm`" not in block
+
+
+def test_numbers_are_readable():
+    assert [tables.number(v) for v in (418.0, 114.08238936, 0.0542, 5e-05, 5180.6121, 123456.7)] == [
+        "418",
+        "114.1",
+        "0.0542",
+        "5e-05",
+        "5181",
+        "123457",
+    ]
 
 
 def test_markdown_text_keeps_code_and_escapes_math_and_markup():
