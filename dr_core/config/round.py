@@ -39,9 +39,9 @@ class RoleResources(BaseModel):
 
 
 class ScaleConfig(BaseModel):
-    """How a round's model steps fan out (README "From laptop to cluster"). Not part of any cache key
-    (tasks/options.py): the rows are the same whatever the shards and resources (tests/integration/test_shards.py,
-    tests/integration/test_ray_round.py)."""
+    """How a round's model steps fan out (docs/how-to/laptop-to-cluster.md, "Ray: the model steps as shards"). Not
+    part of any cache key (tasks/options.py): the rows are the same whatever the shards and resources
+    (tests/integration/test_shards.py, tests/integration/test_ray_round.py)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 

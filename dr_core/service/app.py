@@ -2,7 +2,7 @@
 body (``--max-body-bytes``), has it parsed (``requests.parse``), hands it to its handler on the ``Service``
 (``intake``), and answers with what comes back, or with the JSON error of what went wrong (``errors``).
 
-Routes (README "Reward service"):
+Routes (docs/how-to/reward-service.md; every field and error in the site's HTTP API reference):
 
 - ``POST /v1/score-set``: ``{prompt, responses[], rubric_rollouts?, seed?, request_id?}`` -> the rubric(s), the
   verdict matrix, Eq. 12 scores, R_disc, the unscorable parts and the request id.

@@ -87,8 +87,8 @@ def settings_for(role: str, dtype: str, mode: str, overrides: list[str]):
     cfg = coevolve_preset("tiny", **fields)
     base = getattr(cfg, role)
     lora = mode == "lora"
-    # a LoRA update takes 10x the full update's learning rate (README "Performance": LoRA); the variant that differs
-    # from the preset's choice gets the other one
+    # a LoRA update takes 10x the full update's learning rate (docs/benchmarks/performance.md: LoRA); the variant that
+    # differs from the preset's choice gets the other one
     lr = base.learning_rate * (
         LORA_LR_SCALE if lora and not base.use_lora else 1 / LORA_LR_SCALE if base.use_lora and not lora else 1
     )

@@ -1,6 +1,7 @@
 """Benchmark (hour-scale, not in CI): does training the rubric generator move the evaluator's numbers, and does the
-co-evolved generator G(S) train a better policy than the frozen G(0)? Version 2; its protocol is README "Learning
-benchmark" and was written before the run whose results are in infra/benchmarks/results/bench_learning.json.
+co-evolved generator G(S) train a better policy than the frozen G(0)? Version 2; its protocol is in
+docs/benchmarks/learning.md ("The protocol") and was written before the run whose results are in
+infra/benchmarks/results/bench_learning.json.
 
 Self-contained on the bundled data and models. The frozen verifier is the tiny preset's (Qwen2.5-Coder-0.5B, plain
 prompt, balanced verdicts); the judge is ``dr eval-policy``'s default procedure with the same model.
@@ -88,7 +89,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--fresh", action="store_true", help="delete the work directory's earlier phases first")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes to check that every phase runs")
     ap.add_argument("--output", type=Path, help="the result JSON (required unless --render)")
-    ap.add_argument("--render", type=Path, help="print the README block of a finished result JSON and exit")
+    ap.add_argument("--render", type=Path, help="print a finished result JSON's tables as Markdown and exit")
     return ap
 
 

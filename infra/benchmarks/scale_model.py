@@ -1,6 +1,6 @@
 """A scale model on paper: model calls, tokens and GPU-hours of one co-evolution round of a preset, per role.
 
-    python infra/benchmarks/scale_model.py                       # the paper preset, the README's table
+    python infra/benchmarks/scale_model.py                       # the paper preset, docs/benchmarks/scale.md's table
     python infra/benchmarks/scale_model.py --response-tokens 2000 --items 16 --decode-tps 3000
 
 Counts come from the preset (dr_core.config.coevolve_preset): prompts, K, anchors, rubric rollouts, GRPO steps and

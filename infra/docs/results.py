@@ -107,7 +107,7 @@ def page(results: Path = RESULTS) -> str:
         "# All results",
         f"Generated at build time from the {len(names)} files in `infra/benchmarks/results/` by "
         "`infra/docs/results.py`, with their provenance from `infra/benchmarks/results/provenance.yaml`. Dates are "
-        "the day each file was committed; a machine or command the file and the README do not record says "
+        "the day each file was committed; a machine or command the file and the documentation do not record says "
         f'"not recorded". Alike branches of a result (old and new, first run and re-run, ...) are compared side by '
         "side, one row per measure and one column per branch. Tables show at most "
         f"{tables.MAX_ROWS} rows (comparisons {tables.MAX_PIVOT_ROWS}) and lists at most {tables.MAX_VALUES} values; "

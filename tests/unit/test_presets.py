@@ -1,4 +1,4 @@
-"""The shipped presets: the tiny preset's role assignment (measured, README "Choosing the verdict procedure") and
+"""The shipped presets: the tiny preset's role assignment (measured, docs/benchmarks/evaluator.md) and
 the policy update's whole groups when round.k is overridden."""
 
 import pytest

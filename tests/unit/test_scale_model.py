@@ -1,4 +1,4 @@
-"""infra/benchmarks/scale_model.py: the README's scale model counts what the paper preset's config says."""
+"""infra/benchmarks/scale_model.py: docs/benchmarks/scale.md's scale model counts what the paper preset says."""
 
 from __future__ import annotations
 

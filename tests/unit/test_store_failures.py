@@ -1,7 +1,7 @@
 """Store and output failures a user meets: an S3 endpoint that refuses, hangs or rejects the key, a typo'd bucket,
 an output path that cannot be written, a write killed by SIGTERM, a dead writer's temp file, a shared umask.
 
-Each is one line on stderr and exit 2 within the stated budget (README "Guarantees"), and changes nothing."""
+Each is one line on stderr and exit 2 within the stated budget (docs/concepts/guarantees.md), and changes nothing."""
 
 from __future__ import annotations
 

@@ -5,5 +5,6 @@
   and their held-out measurement;
 - policy.py: phase 6, P(0) trained by G(S) and by G(0), their held-out answers and the judge's verdicts;
 - stats.py: per-prompt figures, bootstrap intervals, training curves (numpy only);
-- render.py: the README's results block of a finished result JSON.
+- render.py: a finished result JSON's tables as Markdown (the site renders the JSON itself:
+  docs/benchmarks/learning.md).
 """

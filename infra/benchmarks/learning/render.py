@@ -1,5 +1,6 @@
-"""The README's results block of a finished learning-benchmark result: sizes, sweep, curves, held-out table, policy
-comparison (``bench_learning.py --render RESULT.json`` prints it; a finished run prints it at the end)."""
+"""A finished learning-benchmark result as Markdown: sizes, sweep, curves, held-out table, policy comparison
+(``bench_learning.py --render RESULT.json`` prints it; a finished run prints it at the end). The documentation renders
+the result JSON itself (docs/benchmarks/learning.md); this is the terminal's view of it."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ def fmt(c: dict) -> str:
 
 
 def markdown(result: dict) -> str:
-    """The README's results block of a finished run: sizes, sweep, curves, held-out table, policy comparison."""
+    """A finished run's results as Markdown: sizes, sweep, curves, held-out table, policy comparison."""
     return "\n".join(_sweep(result) + _training(result) + _heldout(result) + _policy(result))
 
 
