@@ -1,6 +1,10 @@
 """The evaluator and the policy measured from the command line: ``dr score``, ``dr eval-evaluator`` (logic in
 dr_core/runs/evaluate.py and reward_model.py) and ``dr eval-policy`` (logic in dr_core/runs/policy_eval.py).
 
+Each quiets the third-party log first (cli/quiet.py; ``--verbose`` shows it), runs the models of ``--preset`` (tiny
+by default) or of an ``--engines`` file, says which in one line (``models: preset tiny — ...``) and shows progress
+on stderr: a line per phase, live bars on a terminal, a plain line every 30 s in a log (cli/progress.py).
+
     dr score sets.jsonl -o scored.jsonl
     dr eval-evaluator data.jsonl --format pairwise -o metrics.json --limit 12 --seeds 3
     dr eval-policy --policy CKPT --data heldout.jsonl --judge default -o metrics.json
@@ -13,24 +17,26 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from cli.output import check_output_path, console, fail, log
+from cli import quiet
+from cli.options import ENGINES_HELP, PRESET_HELP, VERBOSE_HELP, command_roles, engines_file
+from cli.output import check_output_path, console, err_console, fail, log
+from cli.progress import showing_progress
 
-_CONFIG_HELP = "engines file (YAML/JSON, keys generator/verifier/policy); default: in-process vLLM, default model"
 _MODES = ("dynamic", "static")
 _EVAL_MODE_HELP = (
     "dynamic (generator sees the candidates) | static (RaR) | reward-model (a scalar RM baseline, --reward-model DIR)"
 )
 _POLICY_HELP = (
-    "the policy: 'default', a checkpoint directory, a URL, or a "
-    'JSONL file of its saved answers {"id","answer"} (nothing is generated)'
+    "the policy: 'default' (the --preset's or --engines file's policy model), a bundled model's name, a checkpoint "
+    'directory, a URL, or a JSONL file of its saved answers {"id","answer"} (nothing is generated)'
 )
 _DATA_HELP = 'JSON Lines: {"id","prompt","baseline"?} (pairwise) or {"prompt","answer"} (--task)'
 _JUDGE_HELP = (
-    "pairwise judge: 'default', a checkpoint directory, or "
-    "http(s)://host:port/v1[#served-model-name] (an OpenAI-compatible server)"
+    "pairwise judge: 'default' (the --preset's or --engines file's verifier model), a bundled model's name, a "
+    "checkpoint directory, or http(s)://host:port/v1[#served-model-name] (an OpenAI-compatible server)"
 )
 _BASELINE_HELP = (
-    "a model (default | checkpoint | URL) that answers too, "
+    "a model (default: the policy model of --preset/--engines | name | checkpoint | URL) that answers too, "
     'or a JSONL file of saved answers by id ({"id","answer"}, or {"id","baseline"}); '
     "omitted: the data file's 'baseline'"
 )
@@ -60,17 +66,13 @@ _PAIRWISE_KEYS = (
 )
 
 
-def _evaluator_setup(config: Path | None, mode: str, seeds: int):
-    from dr_core.config import ConfigError, load_engines_config
-
+def _evaluator_setup(preset: str, engines: Path | None, mode: str, seeds: int):
+    """(the roles of ``--preset``/``--engines``, where they come from), the options checked."""
     if mode not in _MODES:
         fail(f"--mode must be one of {', '.join(_MODES)}, got {mode!r}")
     if seeds < 1:
         fail(f"--seeds must be >= 1, got {seeds}")
-    try:
-        return load_engines_config(config)
-    except ConfigError as exc:
-        fail(str(exc))
+    return command_roles(preset, engines)
 
 
 # -- dr score -----------------------------------------------------------------------------------------------------
@@ -79,9 +81,13 @@ def score(
     output: Path = typer.Option(..., "--output", "-o", help="JSON Lines out: rubrics, verdicts, scores per set"),
     seeds: int = typer.Option(1, "--seeds", help="rubrics per set (independent generations, shuffled order)"),
     mode: str = typer.Option("dynamic", "--mode", help="dynamic (generator sees the responses) | static (RaR)"),
-    config: Path = typer.Option(None, "--config", help=_CONFIG_HELP),
+    preset: str = typer.Option("tiny", "--preset", help=PRESET_HELP),
+    engines: Path = typer.Option(None, "--engines", help=ENGINES_HELP),
+    config: Path = typer.Option(None, "--config", hidden=True),
+    verbose: bool = typer.Option(False, "--verbose", envvar="DR_VERBOSE", help=VERBOSE_HELP),
 ) -> None:
     """Write rubric(s), the verdict matrix, Eq. 12 scores, R_disc and the unscorable parts for every set."""
+    quiet.apply(verbose)  # before torch and vLLM load
     from dr_core.datasets import DataError
     from dr_core.engines import EngineError
     from dr_core.model import ModelError
@@ -89,9 +95,10 @@ def score(
     from dr_core.store.atomic import write_jsonl_atomic
 
     check_output_path(output, "--output")
-    engines = _evaluator_setup(config, mode, seeds)
+    roles, source = _evaluator_setup(preset, engines_file(engines, config), mode, seeds)
     try:
-        records, costs = run_score(sets, config=engines, seeds=seeds, mode=mode, log=log)
+        with showing_progress(err_console):
+            records, costs = run_score(sets, config=roles, seeds=seeds, mode=mode, source=source, log=log)
     except (DataError, ModelError, EngineError) as exc:
         fail(str(exc))
     write_jsonl_atomic(output, records)
@@ -107,7 +114,9 @@ def eval_evaluator(
     limit: int = typer.Option(None, "--limit", help="evaluate the first N examples (the whole file is validated)"),
     seeds: int = typer.Option(5, "--seeds", help="AVG@N over N independently generated rubric sets (paper: 5)"),
     mode: str = typer.Option("dynamic", "--mode", help=_EVAL_MODE_HELP),
-    config: Path = typer.Option(None, "--config", help=_CONFIG_HELP),
+    preset: str = typer.Option("tiny", "--preset", help=PRESET_HELP),
+    engines: Path = typer.Option(None, "--engines", help=ENGINES_HELP),
+    config: Path = typer.Option(None, "--config", hidden=True),
     reward_model: Path = typer.Option(
         None,
         "--reward-model",
@@ -118,8 +127,10 @@ def eval_evaluator(
         "--with-responses",
         help="--mode reward-model: show the RM the whole candidate set in the user turn (paper's 'w/ responses')",
     ),
+    verbose: bool = typer.Option(False, "--verbose", envvar="DR_VERBOSE", help=VERBOSE_HELP),
 ) -> None:
     """Evaluate the rubric evaluator on human-labelled data: strict accuracy, ties, unscorable, nDCG, costs."""
+    quiet.apply(verbose)  # before torch and vLLM load
     from dr_core.runs.evaluate import EVAL_FORMATS
     from dr_core.store.atomic import write_json_atomic
 
@@ -134,7 +145,7 @@ def eval_evaluator(
     else:
         if reward_model is not None or with_responses:
             fail("--reward-model and --with-responses go with --mode reward-model")
-        metrics = _evaluator_metrics(data, fmt, config, limit, seeds, mode)
+        metrics = _evaluator_metrics(data, fmt, (preset, engines_file(engines, config)), limit, seeds, mode)
     write_json_atomic(output, metrics)
     tab = Table(title=f"{data.name}: {fmt}, {mode}, AVG@{seeds}", show_header=False)
     for key in _EVALUATOR_KEYS:
@@ -159,15 +170,19 @@ def _reward_model_metrics(data: Path, fmt: str, reward_model: Path | None, with_
         fail(str(exc))
 
 
-def _evaluator_metrics(data: Path, fmt: str, config: Path | None, limit, seeds: int, mode: str) -> dict:
+def _evaluator_metrics(data: Path, fmt: str, models: tuple, limit, seeds: int, mode: str) -> dict:
+    """The evaluator's metrics on ``data`` with the models of ``models`` = (preset, engines file or None)."""
     from dr_core.datasets import DataError
     from dr_core.engines import EngineError
     from dr_core.model import ModelError
     from dr_core.runs.evaluate import run_eval_evaluator
 
-    engines = _evaluator_setup(config, mode, seeds)
+    roles, source = _evaluator_setup(*models, mode, seeds)
     try:
-        return run_eval_evaluator(data, fmt, config=engines, limit=limit, seeds=seeds, mode=mode, log=log)
+        with showing_progress(err_console):
+            return run_eval_evaluator(
+                data, fmt, config=roles, limit=limit, seeds=seeds, mode=mode, source=source, log=log
+            )
     except (DataError, ModelError, EngineError) as exc:
         fail(str(exc))
 
@@ -185,16 +200,25 @@ def eval_policy(
     task: str = typer.Option(None, "--task", help="verifiable task instead of a judge: exact | numeric | math"),
     limit: int = typer.Option(None, "--limit", help="evaluate the first N prompts (the whole file is validated)"),
     max_tokens: int = typer.Option(256, "--max-tokens", help="longest answer, tokens"),
-    max_model_len: int = typer.Option(4096, "--max-model-len", help="context of in-process engines, tokens"),
+    max_model_len: int = typer.Option(
+        None, "--max-model-len", help="context of in-process engines, tokens (default: a role's own; 4096 otherwise)"
+    ),
     seed: int = typer.Option(0, "--seed", help="seed of generation and of the bootstrap"),
     output: Path = typer.Option(None, "--output", "-o", help="METRICS.json (default: print only)"),
     records: Path = typer.Option(None, "--records", help="also write per-prompt answers and verdicts (JSONL)"),
+    preset: str = typer.Option("tiny", "--preset", help=PRESET_HELP + "; what 'default' names"),
+    engines: Path = typer.Option(None, "--engines", help=ENGINES_HELP + "; what 'default' names"),
+    verbose: bool = typer.Option(False, "--verbose", envvar="DR_VERBOSE", help=VERBOSE_HELP),
 ) -> None:
     """Does the policy answer better? Pairwise judge in both orders (win rate, ties, 95% CI), or verifiable tasks."""
+    quiet.apply(verbose)  # before torch and vLLM load
     from dr_core.store.atomic import json_text, jsonl_text, write_all_atomic
 
     _check_policy_options(task, judge, limit, max_tokens, output, records)
+    roles, source = command_roles(preset, engines)
     metrics, recs = _run_policy_eval(
+        roles=roles,
+        roles_source=source,
         policy=policy,
         data=data,
         judge=judge,
@@ -245,7 +269,8 @@ def _run_policy_eval(**options) -> tuple[dict, list[dict]]:
     from dr_core.runs.policy_eval import run_eval_policy
 
     try:
-        return run_eval_policy(**options, api_key=os.environ.get("DR_JUDGE_API_KEY"), log=log)
+        with showing_progress(err_console):
+            return run_eval_policy(**options, api_key=os.environ.get("DR_JUDGE_API_KEY"), log=log)
     except (DataError, ConfigError, ValueError, ModelError, EngineError) as exc:
         fail(str(exc))
 

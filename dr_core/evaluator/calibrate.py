@@ -4,8 +4,8 @@
 first-token log-odds of yes vs no exceed their average over content-free checks. "balanced": the same log-odds, yes
 iff above their median over the bundled balanced probe. The threshold is measured once per engine object, mode and
 prompt style; that state lives here (``THRESHOLDS``, weakly keyed by engine, so it goes with the engine). Which
-procedure suits which model is measured, not assumed: infra/benchmarks/bench_verdicts.py and README "Choosing the
-verdict procedure".
+procedure suits which model is measured, not assumed: infra/benchmarks/bench_verdicts.py and
+docs/how-to/evaluate-the-evaluator.md.
 """
 
 from __future__ import annotations

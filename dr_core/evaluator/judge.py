@@ -1,6 +1,7 @@
 """The pairwise judge: which of two answers to a prompt is better, asked in both orders so that the order cancels.
 
-Two procedures (README "Policy evaluation" has their measured accuracy, tie rate and position bias):
+Two procedures (docs/benchmarks/evaluator.md, "The pairwise judge", has their measured accuracy, tie rate and
+position bias):
 
 "logodds" (the default): the judge's first-token log-odds l = log P("A") - log P("B"), read from its top
 log-probabilities exactly as the balanced verifier reads yes against no (``dr_core.evaluator.calibrate``), once

@@ -10,7 +10,7 @@ once. vLLM caches a block when it is allocated, so checks scheduled in the same 
 already hit it (sending one "leader" per prefix first buys nothing, measured). What is left above prefilling only
 the unique tokens is block granularity: every check recomputes its prefix past the last full KV block, half a block
 on average, so the engine's block size matters (``EngineConfig.block_size``: 32 on CPU instead of vLLM's 128).
-Measured by infra/benchmarks/bench_verify.py (README "Verification throughput benchmark").
+Measured by infra/benchmarks/bench_verify.py (docs/benchmarks/evaluator.md, "Verification throughput").
 """
 
 from __future__ import annotations

@@ -1,6 +1,8 @@
 """What ``dr score`` and ``dr eval-evaluator`` do, without the CLI: load and validate the whole input file (a bad
 line stops the run before any model work), build the engines, run the evaluator, compute the metrics
 (``dr_core.scoring.metrics.evaluator_metrics``); the CLI writes the output atomically (``dr_core.store.atomic``).
+Once the input is valid, the models are said in one line (``models: preset tiny — generator ..., verifier ...``),
+then each phase: engine start-up, rubric generation, verification (counted through ``dr_core.progress``).
 
 Metrics (paper appendix C.1, H), each averaged over the N rubric seeds (AVG@N, paper N=5):
 - ``accuracy``: strict: pairwise, chosen scored above rejected; listwise/ranked, the annotated best is the unique
@@ -19,12 +21,15 @@ import time
 from pathlib import Path
 from typing import Callable, Literal, Sequence
 
+from dr_core import progress
 from dr_core.config import EnginesConfig
+from dr_core.config.presets import engines_line
 from dr_core.constants import UNSCORABLE
 from dr_core.datasets import load
 from dr_core.engines.pool import EnginePool
+from dr_core.evaluator.generate import generate_rubrics
 from dr_core.evaluator.items import EvalItem, Mode, SetEvaluation
-from dr_core.evaluator.score import evaluate_sets, rubric_record
+from dr_core.evaluator.score import rubric_record, score_rubrics
 from dr_core.scoring.metrics import evaluator_metrics, mean_or_none
 
 EvalFormat = Literal["pairwise", "listwise", "ranked"]
@@ -79,6 +84,24 @@ def stage_costs(evaluation: SetEvaluation, startup_s: float) -> dict:
 # ----------------------------------------------------------------------------------------------------- runs
 
 
+def _evaluate(
+    engines: dict, items: list[EvalItem], seeds: int, *, mode: Mode, temperature: float, max_tokens: int, log: Log
+) -> SetEvaluation:
+    """One rubric per (item, seed), then every verdict (``dr_core.evaluator.score.evaluate_sets``), with a line
+    per phase and each phase's requests counted under its own label."""
+    n = len(items) * seeds
+    log(f"generating {n} rubric{'s' * (n != 1)}")
+    with progress.activity("rubrics", "rubrics"):
+        rubrics, gen = generate_rubrics(
+            engines["generator"], items, list(range(seeds)), mode=mode, temperature=temperature, max_tokens=max_tokens
+        )
+    log(f"generation {gen.seconds:.1f} s; verifying the rubrics' checks")
+    with progress.activity("verify", "verdicts"):
+        results, ver = score_rubrics(engines["verifier"], items, rubrics)
+    log(f"verification of {ver.requests} checks {ver.seconds:.1f} s")
+    return SetEvaluation(items, list(range(seeds)), mode, results, gen, ver)
+
+
 def run_eval_evaluator(
     path: str | Path,
     fmt: EvalFormat,
@@ -89,32 +112,24 @@ def run_eval_evaluator(
     mode: Mode = "dynamic",
     temperature: float = 0.7,
     max_tokens: int = 512,
+    source: str = "engines config",
     log: Log = _quiet,
 ) -> dict:
-    """Evaluate the evaluator on a labelled file; returns the metrics dict (written by the caller)."""
+    """Evaluate the evaluator on a labelled file; returns the metrics dict (written by the caller). ``source``:
+    where ``config`` came from, for the models line (``preset tiny``, ``engines file PATH``)."""
     if seeds < 1:
         raise ValueError("seeds must be >= 1")
     _rows, items, relevance = eval_items(path, fmt, limit)  # validates the whole file before any model work
+    log(engines_line(config, source, ("generator", "verifier")))
     log(f"{len(items)} {fmt} examples from {path}; mode {mode}, {seeds} seed(s)")
     pool = EnginePool(log)  # roles with equal configs share one engine; bundled models prepared first
     try:
         engines = pool.open_roles(config, ("generator", "verifier"))
-        log(f"generating {len(items) * seeds} rubrics")
         t0 = time.perf_counter()
-        evaluation = evaluate_sets(
-            engines["generator"],
-            engines["verifier"],
-            items,
-            list(range(seeds)),
-            mode=mode,
-            temperature=temperature,
-            max_tokens=max_tokens,
+        evaluation = _evaluate(
+            engines, items, seeds, mode=mode, temperature=temperature, max_tokens=max_tokens, log=log
         )
         wall = time.perf_counter() - t0
-        log(
-            f"generation {evaluation.generation.seconds:.1f} s, verification of "
-            f"{evaluation.verification.requests} checks {evaluation.verification.seconds:.1f} s"
-        )
     finally:
         pool.close()
     metrics = evaluator_metrics(fmt, evaluation, relevance)
@@ -155,25 +170,22 @@ def run_score(
     mode: Mode = "dynamic",
     temperature: float = 0.7,
     max_tokens: int = 512,
+    source: str = "engines config",
     log: Log = _quiet,
 ) -> tuple[list[dict], dict]:
-    """Score response sets ({"id","prompt","responses"}); returns the records and the stage costs."""
+    """Score response sets ({"id","prompt","responses"}); returns the records and the stage costs. ``source``: as
+    ``run_eval_evaluator``'s."""
     if seeds < 1:
         raise ValueError("seeds must be >= 1")
     rows = load(path, "sets")  # validates the whole file before any model work
     items = [EvalItem(r.prompt, tuple(r.responses)) for r in rows]
+    log(engines_line(config, source, ("generator", "verifier")))
     log(f"{len(items)} sets from {path}; mode {mode}, {seeds} seed(s)")
     pool = EnginePool(log)  # roles with equal configs share one engine; bundled models prepared first
     try:
         engines = pool.open_roles(config, ("generator", "verifier"))
-        evaluation = evaluate_sets(
-            engines["generator"],
-            engines["verifier"],
-            items,
-            list(range(seeds)),
-            mode=mode,
-            temperature=temperature,
-            max_tokens=max_tokens,
+        evaluation = _evaluate(
+            engines, items, seeds, mode=mode, temperature=temperature, max_tokens=max_tokens, log=log
         )
     finally:
         pool.close()

@@ -14,6 +14,10 @@ baseline checkpoint's when given.
 This module is the command (``run_eval_policy``: validate every input, resolve the engines, run the phases); where
 answers come from is dr_core/runs/policy_eval_answers.py. The names of both are importable from here.
 
+The word ``default`` names a role of ``roles`` (the CLI's ``--preset``, tiny by default, or ``--engines`` file): the
+judge is its verifier model (as the in-loop evaluation's judge, dr_core/runs/heldout.py), the policy and a baseline
+its policy model. The models are said in one line before any is loaded (``models: preset tiny — policy ...``).
+
     dr eval-policy --policy default --data dr_core/data/policy_eval_arenahard.jsonl --judge default --limit 4 \\
         --output metrics.json
     dr eval-policy --policy mine.jsonl --baseline theirs.jsonl --data prompts.jsonl --judge default
@@ -26,7 +30,9 @@ from functools import partial
 from pathlib import Path
 from typing import Callable, Sequence
 
-from dr_core.config import DEFAULT_MODEL, EngineConfig, engine_config
+from dr_core import progress
+from dr_core.config import DEFAULT_MODEL, EngineConfig, EnginesConfig, engine_config
+from dr_core.config.presets import engine_label, models_line
 from dr_core.datasets import DataError, PromptRow, VerifiableRow, load
 from dr_core.engines import Engine
 from dr_core.engines.pool import EnginePool
@@ -117,17 +123,24 @@ def load_verifiable(path: str | Path, task: str, limit: int | None = None) -> li
 
 
 # -- the command: resolve engines, load, run ------------------------------------------------------------------------
-def engine_spec(spec: str, *, max_model_len: int = 4096, api_key: str | None = None) -> EngineConfig:
-    """An engine from a command-line word: a bundled model's name (``default``, ``qwen2.5-coder-0.5b-instruct``,
-    ...; `dr model list`), a local Hugging Face
+def engine_spec(
+    spec: str, *, max_model_len: int | None = None, api_key: str | None = None, default: EngineConfig | None = None
+) -> EngineConfig:
+    """An engine from a command-line word: ``default`` (the role ``default`` when given, else the default bundled
+    model), a bundled model's name (``qwen2.5-coder-0.5b-instruct``, ...; `dr model list`), a local Hugging Face
     checkpoint directory, or an OpenAI-compatible server ``http(s)://host:port/v1[#served-model-name]`` (no name:
-    the server's only model). ConfigError (a ValueError) with the fix otherwise."""
+    the server's only model). ``max_model_len``: the in-process engine's context (None: the role's, else 4096).
+    ConfigError (a ValueError) with the fix otherwise."""
+    if spec == DEFAULT_MODEL and default is not None:
+        if max_model_len is None or default.kind != "vllm":
+            return default
+        return engine_config(**{**default.model_dump(), "max_model_len": max_model_len})
     if spec.startswith(("http://", "https://")):
         url, _, name = spec.partition("#")
         return engine_config(
             kind="openai_http", base_url=url, model=name or DEFAULT_MODEL, **({"api_key": api_key} if api_key else {})
         )
-    return engine_config(model=spec, max_model_len=max_model_len)
+    return engine_config(model=spec, max_model_len=max_model_len or 4096)
 
 
 def is_checkpoint_spec(spec: str) -> bool:
@@ -148,24 +161,25 @@ def run_eval_policy(
     limit: int | None = None,
     max_tokens: int = 256,
     seed: int = 0,
-    max_model_len: int = 4096,
+    max_model_len: int | None = None,
     api_key: str | None = None,
     procedure: JudgeProcedure = DEFAULT_PROCEDURE,
     threshold: float = TIE_THRESHOLD,
+    roles: EnginesConfig | None = None,
+    roles_source: str = "engine defaults",
     log: Log = quiet,
 ) -> tuple[dict, list[dict]]:
     """What ``dr eval-policy`` does: validate every input first (data file, answers files, engine words), then
     answer, judge or check, and return (metrics, per-prompt records). Nothing is written here.
 
     ``policy`` and ``baseline`` are each a model word (answers are generated) or a file of saved answers (nothing
-    is generated). Phases run one after another (policy answers, baseline answers, judge); an engine is closed as
-    soon as no later phase needs it, and shared when two roles name the same model."""
+    is generated); ``default`` is a role of ``roles`` (``_engines``). Phases run one after another (policy answers,
+    baseline answers, judge); an engine is closed once no later phase needs it, shared by roles of one model."""
     _check_judging(procedure, threshold)
     rows = _load_rows(data, task=task, judge=judge, baseline=baseline, limit=limit)
     spec = partial(engine_spec, max_model_len=max_model_len, api_key=api_key)
-    pol_cfg, saved = _policy_source(policy, rows, spec)
-    judge_cfg = judge_mod.judge_engine_config(spec(judge), procedure) if task is None else None
-    base_cfg = spec(baseline) if baseline is not None and is_checkpoint_spec(baseline) else None
+    (pol_cfg, base_cfg, judge_cfg), saved = _engines((policy, judge, baseline), rows, spec, roles, task, procedure)
+    log(_models_line(roles_source, (policy, judge, baseline), (pol_cfg, base_cfg, judge_cfg), task or procedure))
     log(f"{len(rows)} prompts from {data}")
     engines = EnginePool(log)  # closes an engine as soon as no later phase needs it
     t0 = time.perf_counter()
@@ -197,6 +211,34 @@ def run_eval_policy(
         }
     )
     return metrics, records
+
+
+def _engines(words: tuple, rows: Sequence, spec: Callable, roles: EnginesConfig | None, task, procedure):
+    """((policy, baseline, judge) engine configs, each None where no model answers or judges; the saved answers):
+    ``default`` is a role of ``roles`` (the judge: its verifier; the policy and a baseline: its policy). No judge
+    for a verifiable ``task``."""
+    policy, judge, baseline = words
+    policy_role, verifier_role = (None, None) if roles is None else (roles.policy, roles.verifier)
+    pol_cfg, saved = _policy_source(policy, rows, partial(spec, default=policy_role))
+    judge_cfg = judge_mod.judge_engine_config(spec(judge, default=verifier_role), procedure) if not task else None
+    base_cfg = spec(baseline, default=policy_role) if baseline is not None and is_checkpoint_spec(baseline) else None
+    return (pol_cfg, base_cfg, judge_cfg), saved
+
+
+def _models_line(source: str, words: tuple, configs: tuple, how: str) -> str:
+    """The command's models line: the policy, the baseline (a model or an answers file; omitted: the data's own
+    answers), then the judge with its procedure (``how``), or the verifiable task (``how``) that checks answers.
+    ``source`` (where ``default`` comes from) is said only when a word is ``default``."""
+    (policy, _judge, baseline), (pol_cfg, base_cfg, judge_cfg) = words, configs
+    source = source if DEFAULT_MODEL in words else "command line"
+    parts = [("policy", engine_label(pol_cfg) if pol_cfg is not None else f"answers file {policy}")]
+    if base_cfg is not None or baseline is not None:
+        parts.append(("baseline", engine_label(base_cfg) if base_cfg is not None else f"answers file {baseline}"))
+    if judge_cfg is not None:
+        parts.append(("judge", f"{engine_label(judge_cfg)} ({how} in both orders)"))
+    else:
+        parts.append(("task", how))
+    return models_line(source, parts)
 
 
 def _answered_by(names: dict[str, str], *, policy: str, baseline: str | None, task: str | None) -> dict:
@@ -276,9 +318,12 @@ def _score(
     if task is not None:
         return score_verifiable(rows, task, runs)
     base = runs.get("baseline") or fixed_baseline(rows)
-    return judge_and_score(
-        engines.get(judge_cfg), rows, runs["policy"], base, seed=seed, procedure=procedure, threshold=threshold, log=log
-    )
+    judge = engines.get(judge_cfg)
+    log(f"judging {len(rows)} answer pairs in both orders")
+    with progress.activity("judge", "verdicts"):
+        return judge_and_score(
+            judge, rows, runs["policy"], base, seed=seed, procedure=procedure, threshold=threshold, log=log
+        )
 
 
 def _answer_phases(
@@ -299,8 +344,10 @@ def _answer_phases(
         if cfg is None:
             continue
         engine = engines.get(cfg)
+        log(f"{who}: answering {len(texts)} prompts")
         t = time.perf_counter()
-        runs[who] = answer_prompts(engine, texts, max_tokens=max_tokens, seed=seed)
+        with progress.activity(f"{who} answers", "answers"):
+            runs[who] = answer_prompts(engine, texts, max_tokens=max_tokens, seed=seed)
         log(f"{who} answered {len(texts)} prompts in {time.perf_counter() - t:.1f} s")
         names[who] = engine.model_name
         engines.release(cfg, later)

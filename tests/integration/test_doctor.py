@@ -21,21 +21,11 @@ import pytest
 
 from dr_core import model as models
 from dr_core.constants import COMPLETE_MARKER
-from tests.support.fixtures_s3 import TEST_BUCKET
+from tests.support.fixtures_s3 import STORE_ENV, TEST_BUCKET
 from tests.support.netutil import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
-_CLEARED = (
-    "DR_STORE",
-    "PREFECT_API_URL",
-    "PREFECT_API_KEY",
-    "AWS_ENDPOINT_URL",
-    "AWS_ENDPOINT_URL_S3",
-    "AWS_ACCESS_KEY_ID",
-    "AWS_SECRET_ACCESS_KEY",
-    "AWS_REGION",
-    "AWS_DEFAULT_REGION",
-)
+_CLEARED = ("PREFECT_API_URL", "PREFECT_API_KEY", *STORE_ENV)
 
 
 @pytest.fixture

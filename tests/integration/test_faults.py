@@ -37,6 +37,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.fixtures_prefect import prefect_server
+from tests.support.fixtures_s3 import STORE_ENV
 from tests.support.netutil import kill_group, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -53,18 +54,7 @@ VOLATILE = {
 }
 #: The steps table logs every execution (a killed or failed one too): compared on its own, not with the reference.
 NOT_COMPARED = {"steps"}
-ENV_CLEARED = (
-    "DR_FAULT",
-    "DR_FAULT_DIR",
-    "DR_STORE",
-    "PREFECT_API_URL",
-    "AWS_ENDPOINT_URL",
-    "AWS_ENDPOINT_URL_S3",
-    "AWS_ACCESS_KEY_ID",
-    "AWS_SECRET_ACCESS_KEY",
-    "AWS_REGION",
-    "AWS_DEFAULT_REGION",
-)
+ENV_CLEARED = ("DR_FAULT", "DR_FAULT_DIR", "PREFECT_API_URL", *STORE_ENV)
 
 
 # ------------------------------------------------------------------------------------------------ helpers

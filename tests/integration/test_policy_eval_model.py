@@ -1,18 +1,24 @@
-"""dr eval-policy on the real default model (policy and judge) against the shipped Arena-Hard baseline answers, the
-same answers saved and judged again with the sides swapped (no generation), a verifiable math task, and the in-loop
-task writing the win rate to the eval table. Kept to 2 prompts and short
-answers: a couple of minutes on a 2-core CPU."""
+"""dr eval-policy on the real default model (policy and judge: SmolLM2 in every role of
+tests/support/engines_smollm2.yaml, these tests are not about the preset's models) against the shipped Arena-Hard
+baseline answers, the same answers saved and judged again with the sides swapped (no generation), a verifiable math
+task (as a user runs it: a subprocess whose log has no known noise and one models line), and the in-loop task
+writing the win rate to the eval table. Kept to 2 prompts and short answers: a couple of minutes on a 2-core CPU."""
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from cli.app import app
 from dr_core.paths import bundled
+from tests.support.noise import assert_quiet, user_env
 
 pytestmark = [pytest.mark.slow]
 runner = CliRunner()
+ENGINES = str(Path(__file__).resolve().parents[1] / "support" / "engines_smollm2.yaml")
 
 
 def test_eval_policy_default_model_against_shipped_baselines(default_model_dir, tmp_path):
@@ -38,6 +44,8 @@ def test_eval_policy_default_model_against_shipped_baselines(default_model_dir, 
             str(out),
             "--records",
             str(recs),
+            "--engines",
+            ENGINES,
         ],
     )
     assert res.exit_code == 0, res.output
@@ -85,6 +93,8 @@ def test_eval_policy_default_model_against_shipped_baselines(default_model_dir, 
             str(out2),
             "--records",
             str(recs2),
+            "--engines",
+            ENGINES,
         ],
     )
     assert res.exit_code == 0, res.output
@@ -104,25 +114,27 @@ def test_eval_policy_verifiable_math(default_model_dir, tmp_path):
         '{"prompt": "What is 2+3? Put the answer in \\\\boxed{}.", "answer": "5"}\n'
     )
     out = tmp_path / "m.json"
-    res = runner.invoke(
-        app,
-        [
-            "eval-policy",
-            "--policy",
-            "default",
-            "--task",
-            "math",
-            "--data",
-            str(data),
-            "--max-tokens",
-            "48",
-            "--max-model-len",
-            "2048",
-            "--output",
-            str(out),
-        ],
+    argv = [
+        "--policy",
+        "default",
+        "--task",
+        "math",
+        "--data",
+        str(data),
+        "--max-tokens",
+        "48",
+        "--max-model-len",
+        "2048",
+    ]
+    res = subprocess.run(
+        [sys.executable, "-m", "cli.main", "eval-policy", *argv, "--output", str(out), "--engines", ENGINES],
+        capture_output=True,
+        text=True,
+        env=user_env(),
+        timeout=600,
     )
-    assert res.exit_code == 0, res.output
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert_quiet(res.stdout + res.stderr, f"engines file {ENGINES} — policy smollm2-135m-instruct, task math")
     m = json.loads(out.read_text())
     assert m["n"] == 2 and m["task"] == "math" and m["policy_accuracy"] in (0.0, 0.5, 1.0)
 

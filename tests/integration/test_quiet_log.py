@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import gc
 import json
-import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.support.noise import NOISE, assert_quiet, user_env
 
 pytestmark = [pytest.mark.slow]
 
@@ -46,25 +47,6 @@ SMALL = [
     "policy_eval.max_tokens=16",
 ]
 
-#: Lines of today's main job that a user cannot act on (written out literally: this is what must not come back).
-NOISE = [
-    "LOAD_GLOBAL",  # dill's bytecode dump, turned into INFO lines by log_prints
-    "NUMA binding",  # torch C++ warning from vLLM-CPU's init_cpu_memory_env
-    "cpu_worker.py",  # vLLM: set_num_threads, libtcmalloc / libiomp not in LD_PRELOAD
-    "already registered",  # vLLM dispatcher.py: Kernel ... is already registered
-    "reduce_op",  # FutureWarning from vllm/triton_utils/dispatcher.py
-    "Loading safetensors",  # vLLM's checkpoint shard bars
-    "Finished in state",  # Prefect's per-task INFO line
-    "Beginning flow run",  # Prefect's per-flow INFO line
-    "TRL currently supports vLLM versions",  # TRL's UserWarning about the vLLM version
-    "Unknown vLLM environment variable",
-    "The global random seed is set to 0",
-    "Triton is installed, but doesn't include CPU backend",
-    "Loading weights",  # transformers' loading bar
-    "Writing model shards",  # transformers' saving bar
-    "parallel_mode != ParallelMode.DISTRIBUTED",  # transformers' Trainer warning
-]
-
 STEP_LINE = re.compile(
     r"^  (\S+)\s+(Completed|Cached|Failed|Crashed|TimedOut|Cancelled)\s+(\d+\.\d) s"
     r"(?:   peak \d+(?:\.\d)? (?:MB|GB))?$"
@@ -72,10 +54,8 @@ STEP_LINE = re.compile(
 
 
 def _coevolve(store: Path, out: Path, *extra: str) -> tuple[int, str]:
-    cmd = [
-        sys.executable,
-        "-m",
-        "cli.main",
+    sets = [a for s in SMALL for a in ("--set", s)]
+    return _dr(
         "coevolve",
         "--store",
         str(store),
@@ -85,23 +65,15 @@ def _coevolve(store: Path, out: Path, *extra: str) -> tuple[int, str]:
         str(ENGINES),
         "--json",
         str(out),
-        *[a for s in SMALL for a in ("--set", s)],
+        *sets,
         *extra,
-    ]
-    quiet_vars = (
-        "VLLM_LOGGING_LEVEL",
-        "TORCH_CPP_LOG_LEVEL",
-        "TRANSFORMERS_VERBOSITY",
-        "DR_VERBOSE",
-        "PYTHONWARNINGS",
-        "HF_HUB_DISABLE_PROGRESS_BARS",
-        "HF_DATASETS_DISABLE_PROGRESS_BARS",
     )
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("DR_FAULT", "DR_FAULT_DIR", *quiet_vars) and not k.startswith("PREFECT_LOGGING_LOGGERS")
-    }
+
+
+def _dr(*args: str) -> tuple[int, str]:
+    """``dr ARGS`` as a user runs it, its stdout and stderr to one pipe, without the quiet log's variables."""
+    cmd = [sys.executable, "-m", "cli.main", *args]
+    env = user_env(drop=("DR_FAULT", "DR_FAULT_DIR"))
     proc = subprocess.run(
         cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=900
     )
@@ -132,7 +104,11 @@ def runs(tmp_path_factory, default_model_dir):
     again = _coevolve(tmp / "store", tmp / "again.json", "--verbose")
     (tmp / "again.log").write_text(again[1])
     assert again[0] == 0, again[1][-6000:]
+    stale_fresh = _dr("stale-fresh", "--store", str(tmp / "store"), "--run-id", "quiet")
+    (tmp / "stale-fresh.log").write_text(stale_fresh[1])
+    assert stale_fresh[0] == 0, stale_fresh[1][-6000:]
     return {
+        "stale-fresh": stale_fresh[1],
         "quiet": (first[1], json.loads((tmp / "first.json").read_text())),
         "verbose": (again[1], json.loads((tmp / "again.json").read_text())),
         "store": str(tmp / "store"),
@@ -173,14 +149,25 @@ def test_one_round_trains_both_and_stores_what_it_did(runs):
     assert isinstance(first["warnings"], list) and all(isinstance(w, str) for w in first["warnings"])
     assert con.sql("SELECT count(*) FROM samples WHERE stage = 'measure' AND round = 1").fetchall() == [(4,)]
     # every step of the flow is in the steps table, under round 1 (no round-0 measurement here)
-    assert dict(con.sql("SELECT step, round FROM steps").fetchall()) == {name: 1 for name in first["steps"]}
+    # (dr stale-fresh, run on the same store by the fixture, adds its stale/ and fresh/ steps under round 1 too)
+    steps = {
+        name: t
+        for name, t in con.sql("SELECT step, round FROM steps").fetchall()
+        if name.split("/")[0] not in ("stale", "fresh")
+    }
+    assert steps == {name: 1 for name in first["steps"]}
     assert first["numerics"].startswith("numerics: engines ")  # the dtype choice, once per run, in the result
 
 
-def test_default_log_has_no_known_noise(runs):
+def test_default_log_has_no_known_noise_and_says_its_models(runs):
     log, _ = runs["quiet"]
-    found = {n: [line for line in log.splitlines() if n in line][:2] for n in NOISE if n in log}
-    assert not found, found
+    line = assert_quiet(log, f"engines file {ENGINES}", "generator smollm2-135m-instruct", "(system prompt, choice")
+    assert line.endswith("policy smollm2-135m-instruct")
+
+
+def test_stale_fresh_log_is_quiet_and_names_the_recorded_models(runs):
+    # dr stale-fresh on the run above, with the round config the run recorded (its engines file's models)
+    assert_quiet(runs["stale-fresh"], "run quiet's recorded config", "G(0) and G(1)", "verifier smollm2-135m-instruct")
 
 
 def test_default_log_has_one_line_per_step_with_state_seconds_and_peak(runs):
@@ -204,4 +191,5 @@ def test_verbose_shows_the_third_party_lines(runs):
     assert result["steps"]["r1/train-generator"]["state"] == "Cached"
     assert result["rounds"][0]["generator"] == runs["quiet"][1]["rounds"][0]["generator"]
     assert "Finished in state Cached" in log  # Prefect's task-run lines are back
+    assert any(n in log for n in NOISE if n != "Finished in state")  # and the third-party lines
     assert sum(1 for line in log.splitlines() if STEP_LINE.match(line)) == len(result["steps"])

@@ -4,7 +4,6 @@ without duplicate rows, and the same flow runs against a real `prefect server` w
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -14,6 +13,7 @@ import pytest
 
 from tests.support.fixtures_prefect import prefect_server
 from tests.support.netutil import kill_group
+from tests.support.noise import assert_quiet, user_env
 
 pytestmark = [pytest.mark.slow]
 
@@ -52,7 +52,7 @@ def _dr_round(store: Path, run_id: str, out: Path, env=None, **popen):
         "--json",
         str(out),
     ]
-    env = {k: v for k, v in os.environ.items() if k not in ("DR_FAULT", "DR_FAULT_DIR")} | (env or {})
+    env = user_env(drop=("DR_FAULT", "DR_FAULT_DIR")) | (env or {})
     popen = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True} | popen
     return subprocess.Popen(cmd, env=env, **popen)
 
@@ -79,6 +79,8 @@ def killed_then_resumed(tmp_path_factory, default_model_dir):
     again = _dr_round(store, "k", out)
     text, _ = again.communicate(timeout=900)
     assert again.returncode == 0, text
+    # the resumed run's log (a pipe) has none of the known noise and says its models once
+    assert_quiet(text, f"models: engines file {ENGINES} — generator smollm2-135m-instruct", "policy smollm2-135m")
     return store, json.loads(out.read_text())
 
 

@@ -1,5 +1,6 @@
 """A real TRL ``GRPOTrainer`` trains against a running ``dr serve``: the service on the embedded default (no engines
-file: the bundled SmolLM2-135M on in-process vLLM for generator and verifier), the trainer a tiny random Llama
+file: the tiny preset's models on in-process vLLM, SmolLM2-135M generator and Qwen2.5-Coder-0.5B verifier; its log
+has none of the known noise and says so in one models line), the trainer a tiny random Llama
 (tests/support/fixtures_grpo.py) whose reward function is ``dr_core.service.clients.DynamicRubricReward``: each step's
 groups go to /v1/score-set as whole sets, and the rewards the trainer logs are the service's answers.
 """
@@ -11,6 +12,7 @@ import json
 import pytest
 
 from dr_core.store.artifacts import Store
+from tests.support.noise import assert_quiet, user_env
 from tests.support.serve_proc import ServeProcess
 
 pytestmark = [pytest.mark.slow]
@@ -31,7 +33,9 @@ def test_trl_grpo_trains_two_steps_on_rewards_from_dr_serve(default_model_dir, t
     from dr_core.service.clients import DynamicRubricReward
 
     store = tmp_path / "store"
-    with ServeProcess(tmp_path, store=store, ready_timeout=600, env={"OMP_NUM_THREADS": "1"}) as srv:
+    served = ServeProcess(tmp_path, store=store, ready_timeout=600, env={"OMP_NUM_THREADS": "1"})
+    served.env = user_env() | {"OMP_NUM_THREADS": "1"}  # the log a user gets (tests/support/noise.py)
+    with served as srv:
         reward = DynamicRubricReward(srv.url, run_tag="trl-test")
         tok = AutoTokenizer.from_pretrained(tiny_llama_dir)
         model = AutoModelForCausalLM.from_pretrained(tiny_llama_dir)
@@ -61,6 +65,7 @@ def test_trl_grpo_trains_two_steps_on_rewards_from_dr_serve(default_model_dir, t
         trainer.train()
         with srv.client() as c:
             metrics = c.get("/metrics").text
+    assert_quiet(srv.logs(), "models: preset tiny — generator smollm2-135m-instruct, verifier qwen2.5-coder-0.5b")
     assert trainer.state.global_step == 2
     # every reward call sent whole groups and got the service's scores back
     assert len(reward.history) == 2 and all(h["groups"] == 2 and h["completions"] == 8 for h in reward.history)

@@ -178,6 +178,16 @@ class SeaweedServer:
 
 #: The bucket the session's server has from the start; each test takes a fresh prefix in it.
 TEST_BUCKET = "dr-test"
+#: The variables that point a process at a store: a test that needs its own store clears them all first.
+STORE_ENV = (
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_S3",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+    "DR_STORE",
+)
 
 
 @pytest.fixture(scope="session")
@@ -196,15 +206,7 @@ def s3_server():
 def store_url(request, tmp_path, monkeypatch):
     """A fresh, empty store URL: a local directory, then a fresh prefix on the real S3 server. The AWS_* variables
     are set for the test (and any ``dr`` subprocess it starts) so ``Store.from_url`` reaches the server."""
-    for var in (
-        "AWS_ENDPOINT_URL",
-        "AWS_ENDPOINT_URL_S3",
-        "AWS_ACCESS_KEY_ID",
-        "AWS_SECRET_ACCESS_KEY",
-        "AWS_REGION",
-        "AWS_DEFAULT_REGION",
-        "DR_STORE",
-    ):
+    for var in STORE_ENV:
         monkeypatch.delenv(var, raising=False)
     if request.param == "local":
         return str(tmp_path / "store")

@@ -160,6 +160,13 @@ def test_a_read_only_store_directory_is_a_problem(tmp_path):
     assert finding.status == PROBLEM and "is not writable" in finding.detail
 
 
+@pytest.mark.skipif(not os.path.isdir("/sys/kernel"), reason="needs Linux /sys")
+def test_an_existing_directory_no_one_can_write_is_a_problem_even_for_root():
+    (finding,) = doctor.check_store("/sys/kernel")  # sysfs refuses new files to everyone, root included
+    assert finding.status == PROBLEM and finding.detail.startswith("/sys/kernel is not writable")
+    assert finding.fix == "give --store (or DR_STORE) a directory you can write"
+
+
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs Linux /proc")
 def test_a_store_that_cannot_be_created_is_a_problem_even_for_root():
     found = doctor.check_store("/proc/dr-doctor-store")  # no one, root included, makes a directory in /proc

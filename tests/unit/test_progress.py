@@ -254,6 +254,12 @@ runs = logging.getLogger("prefect.task_runs")
 runs.info("Task run 'sample-1' - Finished in state Completed()")
 runs.info("Task run failed with exception: boom - Retry 1/2 will start 0.2 second(s) from now")
 runs.warning("a warning that says Finished in state too")
+ds = logging.getLogger("DeepSpeed")  # as deepspeed/utils/logging.py makes it, when deepspeed is imported
+ds.setLevel(logging.WARNING)
+ds.propagate = False
+ds.addHandler(logging.StreamHandler(sys.stderr))
+ds.warning("Setting accelerator to CPU. If you have GPU or other accelerator, we were unable to detect it.")
+ds.warning("another DeepSpeed warning")
 import subprocess
 subprocess.run([sys.executable, "-c", "import warnings; warnings.warn({TRL_WARNING!r}); warnings.warn('child other')"])
 """
@@ -284,6 +290,7 @@ def test_quiet_filters_exactly_the_known_warnings_also_in_child_processes():
     assert "ENV INFO ERROR None None" in out.stdout
     assert "Finished in state Completed" not in out.stderr  # the CLI prints its own step line instead
     assert "Retry 1/2 will start" in out.stderr and "a warning that says" in out.stderr  # retries, warnings stay
+    assert "Setting accelerator to CPU" not in out.stderr and "another DeepSpeed warning" in out.stderr
 
 
 def test_verbose_filters_nothing():
@@ -292,6 +299,7 @@ def test_verbose_filters_nothing():
     assert out.stderr.count("reduce_op") == 2 and "an unrelated warning" in out.stderr
     assert "ENV None None 1 None" in out.stdout
     assert "Finished in state Completed" in out.stderr and "Retry 1/2 will start" in out.stderr
+    assert "Setting accelerator to CPU" in out.stderr
 
 
 # -- the steps table's peak_rss_mb: rows written before it existed stay readable ----------------------------------
