@@ -22,6 +22,8 @@ class _Commands(TyperGroup):
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
+        except BrokenPipeError:  # the reader went away (`dr ... | head`): click's main exits 1 quietly
+            raise
         except Exception as exc:
             if DEBUG["on"] or not isinstance(exc, project_errors()):
                 raise
