@@ -13,11 +13,14 @@ Routes (docs/how-to/reward-service.md; every field and error in the site's HTTP 
 - ``GET /health`` (the process answers), ``GET /ready`` (engines loaded, worker running), ``GET /metrics``
   (Prometheus text).
 
-Errors are JSON ``{"error": <code>, "field"?: ..., "detail": ...}``: 401 ``unauthorized`` (a bearer token is set and
-the request lacks it; /health and /ready stay open for probes), 413 ``body_too_large``, 422 ``invalid_request``
-(the field named; nothing is written), 503 ``not_ready`` / ``busy`` / ``engine_failure`` / ``batch_failure``, 504
-``group_incomplete``. A request id answered before (this process or an earlier one on the same store and run
-id) gets the same answer again; sent again with another body it is a 422.
+Every error is one JSON shape, ``{"error": <code>, "detail": <text>, "field": <dotted path> | null}``
+(``requests.ErrorBody``, declared in the OpenAPI schema for each route's statuses): 401 ``unauthorized`` (a bearer
+token is set and the request lacks it; /health and /ready stay open for probes), 404 ``not_found`` and 405
+``method_not_allowed`` (a route or method the service does not have), 413 ``body_too_large``, 422
+``invalid_request`` (the field named; nothing is written), 503 ``not_ready`` / ``busy`` / ``engine_failure`` /
+``batch_failure``, 504 ``group_incomplete``; a bug is a 500 ``internal_error`` of the same shape. A request id
+answered before (this process or an earlier one on the same store and run id) gets the same answer again; sent
+again with another body it is a 422.
 """
 
 from __future__ import annotations
@@ -27,19 +30,40 @@ import threading
 import time
 from contextlib import asynccontextmanager
 from functools import partial
+from http import HTTPStatus
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
+from starlette.exceptions import HTTPException
 
 from dr_core.service.answers import unscorable_count
 from dr_core.service.errors import BadRequest, GroupIncomplete, TooManyGroups, Unavailable
 from dr_core.service.intake import Service
-from dr_core.service.requests import OpenRLHFBatch, RewardMember, ScoreSet, parse
+from dr_core.service.requests import ErrorBody, OpenRLHFBatch, RewardMember, ScoreSet, parse
 
 OPEN_ROUTES = ("/health", "/ready")
 COUNTED_ROUTES = ("/v1/score-set", "/v1/rewards", "/get_reward")
 
 __all__ = ["Service", "create_app"]
+
+#: what each error status of the routes means (the schema's ``responses``, each an ``ErrorBody``)
+_ERRORS = {
+    401: "unauthorized: a bearer token is set (--token-file) and the request lacks it",
+    413: "body_too_large: the body is over --max-body-bytes (field: body)",
+    422: "invalid_request: the body or the field named is refused; nothing is written",
+    503: "not_ready / busy / engine_failure / batch_failure: retry later",
+    504: "group_incomplete: the group's last member did not arrive within --group-timeout",
+}
+
+
+def _declared(*statuses: int, text_route: bool = False) -> dict:
+    """The schema's ``responses`` for these error statuses; a route that answers text (``/metrics``) still answers
+    its errors in JSON, declared by reference (the JSON routes put ``ErrorBody`` in the schema's components)."""
+    if text_route:
+        ref = {"$ref": "#/components/schemas/ErrorBody"}
+        return {s: {"description": _ERRORS[s], "content": {"application/json": {"schema": ref}}} for s in statuses}
+    return {s: {"model": ErrorBody, "description": _ERRORS[s]} for s in statuses}
 
 
 def create_app(service: Service) -> FastAPI:
@@ -52,16 +76,19 @@ def create_app(service: Service) -> FastAPI:
         openapi_url=None,
     )
     app.middleware("http")(partial(_auth_and_count, service))
+    app.exception_handler(HTTPException)(_http_error)
+    app.exception_handler(RequestValidationError)(_validation_error)
+    app.exception_handler(Exception)(_internal_error)
 
-    @app.post("/v1/score-set")
+    @app.post("/v1/score-set", responses=_declared(401, 413, 422, 503))
     async def score_set(request: Request):
         return await _handle(service, request, ScoreSet, service.score_set)
 
-    @app.post("/v1/rewards")
+    @app.post("/v1/rewards", responses=_declared(401, 413, 422, 503, 504))
     async def rewards(request: Request):
         return await _handle(service, request, RewardMember, service.reward)
 
-    @app.post("/get_reward")
+    @app.post("/get_reward", responses=_declared(401, 413, 422, 503, 504))
     async def get_reward(request: Request):
         return await _handle(service, request, OpenRLHFBatch, service.openrlhf)
 
@@ -69,11 +96,11 @@ def create_app(service: Service) -> FastAPI:
     async def health():
         return {"status": "ok"}
 
-    @app.get("/ready")
+    @app.get("/ready", responses=_declared(503))
     async def ready():
         return _readiness(service)
 
-    @app.get("/metrics")
+    @app.get("/metrics", response_class=PlainTextResponse, responses=_declared(401, text_route=True))
     async def metrics():
         return PlainTextResponse(service.metrics.render(), media_type="text/plain; version=0.0.4")
 
@@ -147,8 +174,24 @@ def _readiness(service: Service):
     }
 
 
-def _error(status: int, code: str, detail: str, field: str | None = None) -> JSONResponse:
-    body = {"error": code, "detail": detail}
-    if field is not None:
-        body["field"] = field
-    return JSONResponse(body, status_code=status)
+def _error(status: int, code: str, detail: str, field: str | None = None, headers=None) -> JSONResponse:
+    body = ErrorBody(error=code, detail=detail, field=field)
+    return JSONResponse(body.model_dump(), status_code=status, headers=headers)
+
+
+async def _http_error(_request: Request, exc: HTTPException) -> JSONResponse:
+    """Starlette's own errors (an unknown route, a method a route does not have) in the service's shape."""
+    phrase = HTTPStatus(exc.status_code).phrase if exc.status_code in HTTPStatus._value2member_map_ else "error"
+    code = phrase.lower().replace(" ", "_").replace("-", "_")
+    return _error(exc.status_code, code, str(exc.detail), headers=exc.headers)
+
+
+async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
+    """FastAPI's own validation (no route declares parameters today; a future one answers like ``parse``)."""
+    err = (exc.errors() or [{"loc": (), "msg": "invalid request"}])[0]
+    where = ".".join(str(p) for p in err["loc"] if p != "body") or "body"
+    return _error(422, "invalid_request", str(err["msg"]), where)
+
+
+async def _internal_error(_request: Request, exc: Exception) -> JSONResponse:
+    return _error(500, "internal_error", f"{type(exc).__name__} (a bug in the service; see its log)")

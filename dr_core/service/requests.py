@@ -6,6 +6,7 @@ field (the app answers 422 and writes nothing).
   group the service collects.
 - ``OpenRLHFBatch`` (``POST /get_reward``): OpenRLHF's ``--remote_rm_url`` body, ``{"query": [...], "prompts":
   [...], "labels": [...]}``; a query is the prompt followed by the response (``pairs()`` splits them).
+- ``ErrorBody``: the one shape of every error answer, ``{"error": <code>, "detail": <text>, "field": <path>|null}``.
 
 Stage "parse", after the routes (``app``); a parsed body goes on to the ``Service`` (``intake``). Pure: pydantic and
 the standard library.
@@ -57,6 +58,14 @@ class OpenRLHFBatch(BaseModel):
         """(prompt, response) of every query: the query with its prompt prefix removed (OpenRLHF sends the whole
         templated text; a query that does not start with its prompt is taken whole as the response)."""
         return [(p, q[len(p) :] if q.startswith(p) else q) for q, p in zip(self.query, self.prompts)]
+
+
+class ErrorBody(BaseModel):
+    """Every error answer of the service, whatever its status (401, 404, 405, 413, 422, 500, 503, 504)."""
+
+    error: str = Field(description="the error code: unauthorized, not_found, invalid_request, busy, ...")
+    detail: str = Field(description="what went wrong, for a person")
+    field: str | None = Field(description="the dotted path of the offending field (body: the body as a whole), or null")
 
 
 def _field_error(exc: ValidationError) -> BadRequest:

@@ -1,17 +1,24 @@
-"""reference/http-api.md and reference/openapi.json: the reward service's HTTP API, from FastAPI's OpenAPI schema.
+"""reference/http-api.md, and the committed contract docs/api/openapi.json: the reward service's HTTP API, from
+FastAPI's OpenAPI schema.
 
 The app is ``dr_core.service.app.create_app`` over a real ``Service`` whose engines are never opened (the app is
 built, not started: no lifespan, no request). The routes read their bodies themselves (``requests.parse``, so that a
 bad body is the service's own 422), which leaves FastAPI's schema without request bodies; each route's body model
 is the pydantic model its handler names (``ScoreSet`` for ``/v1/score-set``, ...), found in the handler's code, and
-added to the schema as its ``requestBody``.
+added to the schema as its ``requestBody``. Every error status a route declares answers ``requests.ErrorBody``.
 
-    .venv/bin/python -c "from infra.docs.ref_http import openapi; import json; print(json.dumps(openapi(), indent=1))"
+``docs/api/openapi.json`` (``CONTRACT``) is this schema, committed: clients and the fuzz test read it, the site
+publishes it, and tests/unit/test_openapi_contract.py and the docs build fail when the app's schema differs from it.
+After changing a route or a body model, rewrite it with (``--check`` only compares)::
+
+    .venv/bin/python -m infra.docs.ref_http --write
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import sys
 import tempfile
 from pathlib import Path
 
@@ -20,6 +27,11 @@ from pydantic import BaseModel
 from infra.docs import md
 
 _REF = "#/components/schemas/{model}"
+
+#: the committed schema (under docs/: the site publishes it as api/openapi.json)
+CONTRACT = Path(__file__).resolve().parents[2] / "docs" / "api" / "openapi.json"
+#: the one command that rewrites ``CONTRACT`` from the app
+WRITE_COMMAND = ".venv/bin/python -m infra.docs.ref_http --write"
 
 
 def _app():
@@ -130,7 +142,8 @@ def page(schema: dict | None = None) -> str:
         "# HTTP API",
         f"Generated at build time from the reward service's FastAPI app (`dr_core/service/app.py`, "
         f"{schema['info']['title']} {schema['info']['version']}, OpenAPI {schema['openapi']}) by "
-        "`infra/docs/ref_http.py`. The raw schema is [openapi.json](openapi.json). `dr serve` runs this app; "
+        "`infra/docs/ref_http.py`. The raw schema is the committed contract [openapi.json](../api/openapi.json) "
+        f"(`{WRITE_COMMAND}` rewrites it; a build whose app differs from it fails). `dr serve` runs this app; "
         "the routes read and check their bodies themselves, so the request bodies below come from the pydantic "
         "model each handler names.",
         "## Routes and errors",
@@ -149,3 +162,39 @@ def page(schema: dict | None = None) -> str:
 def _body_name(operation: dict) -> str:
     body = operation.get("requestBody")
     return body["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[-1] if body else "–"
+
+
+def contract_text(schema: dict | None = None) -> str:
+    """The schema as ``CONTRACT`` holds it."""
+    return json.dumps(schema or openapi(), indent=2) + "\n"
+
+
+def contract_drift() -> str | None:
+    """None when ``CONTRACT`` is the app's schema, else why not, with the command that rewrites it."""
+    if not CONTRACT.exists():
+        return f"{CONTRACT} is missing; write it with: {WRITE_COMMAND}"
+    if CONTRACT.read_text() != contract_text():
+        return f"{CONTRACT} differs from the service's OpenAPI schema; rewrite it with: {WRITE_COMMAND}"
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m infra.docs.ref_http", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--write", action="store_true", help=f"rewrite {CONTRACT.name} from the app")
+    parser.add_argument("--check", action="store_true", help="exit 1 if the committed schema differs from the app's")
+    args = parser.parse_args(argv)
+    if args.write:
+        CONTRACT.parent.mkdir(parents=True, exist_ok=True)
+        CONTRACT.write_text(contract_text())
+        print(f"wrote {CONTRACT}")
+        return 0
+    if args.check:
+        drift = contract_drift()
+        print(drift or f"{CONTRACT}: up to date", file=sys.stderr if drift else sys.stdout)
+        return 1 if drift else 0
+    sys.stdout.write(contract_text())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

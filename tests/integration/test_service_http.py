@@ -76,6 +76,15 @@ def _metric(c: httpx.Client, name: str) -> float:
     return total
 
 
+def _error_of(r: httpx.Response, status: int, code: str, field: str | None = None) -> dict:
+    """The answer, checked to be the one error shape (``requests.ErrorBody``) with this status, code and field."""
+    body = r.json()
+    assert r.status_code == status and r.headers["content-type"] == "application/json", (r.status_code, r.text)
+    assert set(body) == {"error", "detail", "field"} and isinstance(body["detail"], str) and body["detail"], body
+    assert (body["error"], body["field"]) == (code, field), body
+    return body
+
+
 SET = {"prompt": "Which planet is closest to the sun?", "responses": ["Mercury.", "Venus, I think.", "Mars"]}
 
 
@@ -94,12 +103,28 @@ def test_probes_are_open_and_everything_else_needs_the_token(served):
             ("post", "/get_reward"),
         ]:
             r = getattr(anon, method)(path, **({"json": SET} if method == "post" else {}))
-            assert r.status_code == 401 and r.json()["error"] == "unauthorized", path
+            _error_of(r, 401, "unauthorized")
+            assert r.headers["www-authenticate"] == "Bearer", path
     with served.client("wrong-token-wrong-token-wrong") as bad:
         assert bad.post("/v1/score-set", json=SET).status_code == 401
     with served.client(TOKEN) as good:
         assert good.get("/metrics").status_code == 200
     assert TOKEN not in served.logs()
+
+
+def test_every_kind_of_error_has_the_one_shape(client, served):
+    """401, 404, 405, 413 and 422 here (503 and 504: the engine-failure and group-timeout tests below)."""
+    before = _parts(served)
+    with served.client() as anon:
+        _error_of(anon.post("/v1/rewards", json={}), 401, "unauthorized")
+    _error_of(client.get("/no/such/route"), 404, "not_found")
+    _error_of(client.post("/health"), 405, "method_not_allowed")
+    assert client.get("/v1/score-set").headers["allow"] == "POST"
+    _error_of(client.post("/get_reward", content=b"x" * (1 << 21)), 413, "body_too_large", "body")
+    _error_of(client.post("/get_reward", content=b"{"), 422, "invalid_request", "body")
+    _error_of(client.post("/v1/rewards", json={"group_id": "g"}), 422, "invalid_request", "group_size")
+    _error_of(client.post("/get_reward", json={"query": ["a"], "prompts": [""]}), 422, "invalid_request", "prompts.0")
+    assert _parts(served) == before
 
 
 # -- /v1/score-set -----------------------------------------------------------------------------------------------------
@@ -152,7 +177,7 @@ BAD_BODIES = [
 def test_bad_score_set_bodies_get_422_naming_the_field_and_write_nothing(client, served, raw, field):
     before = _parts(served)
     r = client.post("/v1/score-set", content=raw, headers={"content-type": "application/json"})
-    assert r.status_code == 422 and r.json()["error"] == "invalid_request" and r.json()["field"] == field, r.text
+    _error_of(r, 422, "invalid_request", field)
     assert _parts(served) == before
 
 
@@ -175,11 +200,7 @@ def test_bad_reward_bodies_get_422(client, served, body, field):
 def test_an_oversized_body_gets_413_and_writes_nothing(client, served):
     before = _parts(served)
     r = client.post("/v1/score-set", json={"prompt": "p", "responses": ["x" * 600_000, "y" * 600_000]})
-    assert r.status_code == 413 and r.json() == {
-        "error": "body_too_large",
-        "field": "body",
-        "detail": r.json()["detail"],
-    }
+    _error_of(r, 413, "body_too_large", "body")
     assert "1048576" in r.json()["detail"] and _parts(served) == before
 
 
@@ -234,7 +255,7 @@ def test_an_incomplete_group_times_out_with_an_explicit_error(client, served):
     t0 = time.monotonic()
     r = client.post("/v1/rewards", json=_member("grp-lonely", 0, size=2))
     waited = time.monotonic() - t0
-    assert r.status_code == 504 and r.json()["error"] == "group_incomplete"
+    _error_of(r, 504, "group_incomplete")
     assert "1 of 2" in r.json()["detail"] and 2.5 < waited < 30
     assert _parts(served) == before_parts
     assert _metric(client, "dr_group_timeouts_total") == timeouts + 1
@@ -278,7 +299,7 @@ def test_an_engine_failure_is_503_counted_and_writes_nothing(client, served, scr
     before, failures = _parts(served), _metric(client, "dr_engine_failures_total")
     scripted.fail_next(1000, status=500)
     r = client.post("/v1/score-set", json={**SET, "request_id": "engine-down"})
-    assert r.status_code == 503 and r.json()["error"] == "engine_failure", r.text
+    _error_of(r, 503, "engine_failure")
     assert _metric(client, "dr_engine_failures_total") == failures + 1 and _parts(served) == before
     scripted.reset()
     again = client.post("/v1/score-set", json={**SET, "request_id": "engine-down"})

@@ -105,7 +105,7 @@ def test_http_page_has_every_route_of_the_schema_and_the_body_fields():
     assert body["$ref"].endswith("/ScoreSet")
     for field in ScoreSet.model_fields:
         assert f"`{field}`" in page
-    assert "[openapi.json](openapi.json)" in page
+    assert "[openapi.json](../api/openapi.json)" in page and "ErrorBody" in page
 
 
 def test_configuration_page_has_every_model_and_field_with_its_default():
