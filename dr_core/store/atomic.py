@@ -8,7 +8,9 @@ one. On any exception (SIGTERM included, once ``dr`` turns it into SystemExit) t
 
 A process killed with SIGKILL cannot clean up: its temp file stays. The next write into the same directory sweeps
 it: a temp file whose ``flock`` can be taken belongs to no live writer (the kernel drops a dead process's locks),
-so it is removed; one still locked is a write in progress and is left alone.
+so it is removed; one still locked is a write in progress and is left alone. A temp file this process has just
+created and not locked yet is never swept by its other threads (``_FRESH``: the reward service commits from
+several threads into one directory).
 
 ``write_all_atomic([(path, payload), ...])`` writes several outputs of one command together: every temp file is
 written first, and only then are they renamed, so a failure leaves none of the new files.
@@ -35,6 +37,7 @@ import math
 import os
 import shutil
 import tempfile
+import threading
 from decimal import Decimal
 from pathlib import Path
 
@@ -86,6 +89,11 @@ def check_output_path(path: str | Path, what: str = "output") -> Path:
     return p
 
 
+#: temp files this process created and has not locked yet (between ``mkstemp`` and ``flock``), guarded by _CREATING
+_FRESH: set[str] = set()
+_CREATING = threading.Lock()
+
+
 def sweep_stale_temps(directory: str | Path) -> list[str]:
     """Remove the temp files in ``directory`` left by writers that died (their flock is free); return them."""
     removed = []
@@ -97,6 +105,9 @@ def sweep_stale_temps(directory: str | Path) -> list[str]:
         if not (name.startswith(".") and name.endswith(TEMP_SUFFIX)):
             continue
         path = os.path.join(directory, name)
+        with _CREATING:
+            if path in _FRESH:  # another thread of this process is about to lock it
+                continue
         try:
             fd = os.open(path, os.O_RDONLY)
         except OSError:
@@ -121,9 +132,15 @@ def _write_temp(path: str, payload: bytes, fault: str | None = None) -> tuple[st
     directory = os.path.dirname(path) or "."
     os.makedirs(directory, exist_ok=True)
     sweep_stale_temps(directory)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=TEMP_SUFFIX)
+    with _CREATING:
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=TEMP_SUFFIX)
+        _FRESH.add(tmp)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        finally:
+            with _CREATING:
+                _FRESH.discard(tmp)
         os.fchmod(fd, 0o666 & ~current_umask())
         view = memoryview(payload)
         if fault:  # a DR_FAULT point half-way through the bytes (dr_core/faults.py), as a crash mid-write

@@ -238,6 +238,26 @@ def test_dead_writers_temp_files_are_swept_and_live_ones_kept(tmp_path):
     assert sorted(p.name for p in folder.iterdir()) == [".data.parquet.live5678.tmp", "data.parquet"]
 
 
+def test_a_temp_file_just_created_is_not_swept_by_another_thread_before_it_is_locked(tmp_path, monkeypatch):
+    """The gap between ``mkstemp`` and ``flock``: another thread of the process sweeping the same directory then
+    (the reward service commits from several workers) must leave the fresh temp file alone."""
+    import fcntl
+
+    from dr_core.store import atomic
+
+    real_flock, swept = fcntl.flock, []
+
+    def flock_after_a_sweep(fd, op):
+        if op == fcntl.LOCK_EX:  # the writer's blocking lock: another thread sweeps first
+            swept.extend(atomic.sweep_stale_temps(tmp_path))
+        return real_flock(fd, op)
+
+    monkeypatch.setattr(atomic.fcntl, "flock", flock_after_a_sweep)
+    atomic.write_atomic(tmp_path / "out.txt", b"whole")
+    assert swept == [] and (tmp_path / "out.txt").read_bytes() == b"whole"
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")] and not atomic._FRESH
+
+
 def test_sigterm_during_a_store_write_leaves_no_temp_file(tmp_path):
     """`dr` turns SIGTERM into SystemExit, so the write's cleanup runs; the fault hook pauses it half-way."""
     code = (
