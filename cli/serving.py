@@ -32,8 +32,18 @@ def serve(
     rubric_rollouts: int = typer.Option(
         1, "--rubric-rollouts", help="rubrics per set for /v1/rewards and /get_reward (rewards are the mean score)"
     ),
-    max_batch_sets: int = typer.Option(32, "--max-batch-sets", help="most sets in one engine batch"),
-    batch_wait_ms: float = typer.Option(20.0, "--batch-wait-ms", help="how long a batch waits for more sets"),
+    batching: str = typer.Option(
+        "continuous",
+        "--batching",
+        help="continuous: each set is answered when its own checks are done (the engines batch concurrent sets "
+        "continuously); coalesce: concurrent sets form one engine batch, answered together",
+    ),
+    max_batch_sets: int = typer.Option(
+        32, "--max-batch-sets", help="most sets scored at once (continuous) or in one engine batch (coalesce)"
+    ),
+    batch_wait_ms: float = typer.Option(
+        20.0, "--batch-wait-ms", help="coalesce: how long a batch waits for more sets after the first"
+    ),
     max_body_bytes: int = typer.Option(1_048_576, "--max-body-bytes", help="largest request body (413 above)"),
     access_log: bool = typer.Option(False, "--access-log", help="log every request line (never headers)"),
     verbose: bool = typer.Option(False, "--verbose", envvar="DR_VERBOSE", help=VERBOSE_HELP),
@@ -54,6 +64,7 @@ def serve(
         group_size=group_size,
         group_timeout_s=group_timeout,
         rubric_rollouts=rubric_rollouts,
+        batching=batching,
         max_batch_sets=max_batch_sets,
         batch_wait_s=batch_wait_ms / 1000.0,
         max_body_bytes=max_body_bytes,

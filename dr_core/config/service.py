@@ -6,6 +6,8 @@ where its lineage goes. Defaults are what ``dr serve`` runs with; every field is
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from dr_core.constants import SEGMENT_PATTERN
@@ -41,12 +43,19 @@ class ServiceSettings(BaseModel):
         description="longest wait for a group's last member; then every waiting member gets 504 group_incomplete",
     )
     max_open_groups: int = Field(1024, ge=1, description="groups collecting members at once (more: 503 busy)")
-    max_batch_sets: int = Field(32, ge=1, le=1024, description="most sets one engine batch holds")
+    batching: Literal["continuous", "coalesce"] = Field(
+        "continuous",
+        description="continuous: each set runs on its own and is answered when its own checks are done (the engines "
+        "batch concurrent sets continuously); coalesce: concurrent sets form one engine batch, answered together",
+    )
+    max_batch_sets: int = Field(
+        32, ge=1, le=1024, description="most sets scored at once (continuous) or in one engine batch (coalesce)"
+    )
     batch_wait_s: float = Field(
         0.02,
         ge=0.0,
         le=5.0,
-        description="how long the worker waits for more sets after the first before it starts a batch",
+        description="coalesce only: how long the worker waits for more sets after the first before it starts a batch",
     )
     max_queue_sets: int = Field(4096, ge=1, description="sets waiting for the engines at most (more: 503 busy)")
     max_body_bytes: int = Field(1_048_576, ge=1024, description="largest request body (more: 413)")

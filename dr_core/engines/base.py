@@ -67,6 +67,9 @@ class Engine(abc.ABC):
     #: False may not accept the argument at all: callers check this first (the calibrated verifier falls back
     #: to the plain choice).
     supports_logprobs: bool = False
+    #: True when ``chat`` may be called from several threads at once (``dr_core.engines.continuous``: the reward
+    #: service scores concurrent sets that way; an engine that leaves it False is wrapped or serialized there).
+    thread_safe: bool = False
 
     @abc.abstractmethod
     def chat(

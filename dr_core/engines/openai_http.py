@@ -43,6 +43,7 @@ __all__ = ["COUNTERS", "OpenAIHTTPEngine"]
 
 class OpenAIHTTPEngine(EndpointTransport, Engine):
     supports_logprobs = True
+    thread_safe = True  # one HTTP client per thread, endpoint state under a lock; the server batches continuously
 
     def __init__(self, config: EngineConfig):
         self.config = config

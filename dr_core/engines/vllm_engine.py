@@ -160,8 +160,46 @@ class VLLMEngine(Engine):
         seed: int | None = None,
         logprobs: int | None = None,
     ) -> list[Completion]:
+        prompts, params, results = self.prepare(
+            conversations,
+            n=n,
+            temperature=temperature,
+            max_tokens=max_tokens,
+            json_schema=json_schema,
+            choices=choices,
+            seed=seed,
+            logprobs=logprobs,
+        )
+        fits = [i for i, r in enumerate(results) if r is None]
+        if fits:
+            from vllm import TokensPrompt
+
+            outs = self.llm.generate(  # counted by the progress sink, if one is installed (else no bar)
+                [TokensPrompt(prompt_token_ids=prompts[i]) for i in fits],
+                [params[i] for i in fits],
+                use_tqdm=progress.vllm_tqdm(n),
+            )
+            for i, out in zip(fits, outs):
+                results[i] = self.completion(out, len(prompts[i]), logprobs)
+        return results  # type: ignore[return-value]
+
+    def prepare(
+        self,
+        conversations: list[Conversation],
+        *,
+        n: int,
+        temperature: float,
+        max_tokens: int,
+        json_schema: dict | None,
+        choices: list[str] | None,
+        seed: int | None,
+        logprobs: int | None,
+    ) -> tuple[list[list[int]], list, list[Completion | None]]:
+        """What ``chat`` sends: each conversation's prompt token ids and ``SamplingParams``, and its result where it
+        is known before generation (a prompt too long for ``max_tokens``: an empty completion; else None). Shared
+        with the continuous engine (``dr_core.engines.continuous``), which sends the same requests its own way."""
         check_request(n, max_tokens, json_schema, choices, logprobs)
-        from vllm import SamplingParams, TokensPrompt
+        from vllm import SamplingParams
         from vllm.sampling_params import StructuredOutputsParams
 
         structured = None
@@ -169,9 +207,9 @@ class VLLMEngine(Engine):
             structured = StructuredOutputsParams(json=json_schema)
         elif choices is not None:
             structured = StructuredOutputsParams(choice=list(choices))
-
-        def params(ids: list[int]) -> SamplingParams:
-            return SamplingParams(
+        prompts = [self.render(c) for c in conversations]
+        params = [
+            SamplingParams(
                 n=n,
                 temperature=temperature,
                 max_tokens=max_tokens,
@@ -179,30 +217,27 @@ class VLLMEngine(Engine):
                 logprobs=logprobs,
                 seed=None if seed is None else request_seed(seed, ids),
             )
+            for ids in prompts
+        ]
+        results: list[Completion | None] = [
+            None
+            if len(p) + max_tokens <= self.config.max_model_len
+            else Completion(("",) * n, (PROMPT_TOO_LONG,) * n, len(p), (0,) * n, None)
+            for p in prompts
+        ]
+        return prompts, params, results
 
-        prompts = [self.render(c) for c in conversations]
-        fits = [i for i, p in enumerate(prompts) if len(p) + max_tokens <= self.config.max_model_len]
-        results: list[Completion | None] = [None] * len(prompts)
-        for i, p in enumerate(prompts):
-            if i not in fits:
-                results[i] = Completion(("",) * n, (PROMPT_TOO_LONG,) * n, len(p), (0,) * n, None)
-        if fits:
-            outs = self.llm.generate(  # counted by the progress sink, if one is installed (else no bar)
-                [TokensPrompt(prompt_token_ids=prompts[i]) for i in fits],
-                [params(prompts[i]) for i in fits],
-                use_tqdm=progress.vllm_tqdm(n),
-            )
-            for i, out in zip(fits, outs):
-                samples = sorted(out.outputs, key=lambda o: o.index)
-                results[i] = Completion(
-                    texts=tuple(o.text for o in samples),
-                    finish_reasons=tuple(str(o.finish_reason) for o in samples),
-                    prompt_tokens=len(prompts[i]),
-                    completion_tokens=tuple(len(o.token_ids) for o in samples),
-                    cached_tokens=out.num_cached_tokens,
-                    top_logprobs=(tuple(_top_logprobs(o, self.tokenizer) or () for o in samples) if logprobs else None),
-                )
-        return results  # type: ignore[return-value]
+    def completion(self, out, prompt_tokens: int, logprobs: int | None) -> Completion:
+        """One finished vLLM ``RequestOutput`` as a ``Completion``."""
+        samples = sorted(out.outputs, key=lambda o: o.index)
+        return Completion(
+            texts=tuple(o.text for o in samples),
+            finish_reasons=tuple(str(o.finish_reason) for o in samples),
+            prompt_tokens=prompt_tokens,
+            completion_tokens=tuple(len(o.token_ids) for o in samples),
+            cached_tokens=out.num_cached_tokens,
+            top_logprobs=(tuple(_top_logprobs(o, self.tokenizer) or () for o in samples) if logprobs else None),
+        )
 
     def reset_prefix_cache(self) -> None:
         """Drop cached prefixes (benchmarks use it to compare layouts from the same cold start)."""

@@ -5,9 +5,10 @@ A request goes through these stages, in this order; each module calls only the o
 - route: ``app``, the FastAPI routes: bearer token, body size, JSON errors; a body goes to parse, then to intake.
 - parse: ``requests``, the request bodies checked whole (a bad body is a 422 naming the field, before any work).
 - intake: ``intake``, the ``Service``: replays a request id answered before, else queues a set or joins a group.
-- queue: ``groups``, per-sample members (``/v1/rewards``, ``/get_reward``) held until their group is complete.
-- queue: ``batcher``, the queue and its worker thread: sets coalesced into batches; each scored, answered, committed.
-- score: ``scoring``, one batch of sets through the evaluator (one generation call per seed list, one verification).
+- queue: ``groups``, per-sample members (``/v1/rewards``, ``/get_reward``, ``/verify``) held until the group is whole.
+- queue: ``batcher``, the queue and its workers: each set run alone on engines that batch continuously (default), or
+  sets coalesced into one engine batch (``--batching coalesce``); each scored, answered, committed.
+- score: ``scoring``, sets through the evaluator (one generation call per seed list, one verification call).
 - answer: ``answers``, each request's answer from its scored set; after the worker, the OpenRLHF body (filled).
 - commit: ``ledger``, the batch's lineage rows, then its ``requests`` rows (the commit record, holding the answers);
   replays by request id.

@@ -4,8 +4,8 @@
   ({request id: answer}); the commit (``ledger``) stores them as given (the ``requests`` rows are the commit record,
   and a retry is replayed from them), then the worker hands them to the waiting requests;
 - in the routes' handlers (``intake``, ``app``), after the worker: ``openrlhf_answer`` turns the members' answers
-  into OpenRLHF's ``/get_reward`` body (``fill_unscorable``), and ``unscorable_count`` counts the unscorable
-  responses for the metrics.
+  into OpenRLHF's ``/get_reward`` body (``fill_unscorable``), ``verify_answer`` into NeMo Gym's ``/verify`` body, and
+  ``unscorable_count`` counts the unscorable responses for the metrics.
 
 ``fill_unscorable`` is also the trainer-side clients' (``clients``): this module imports nothing but the standard
 library, so a trainer machine that loads the clients loads it too and nothing else of the project.
@@ -90,10 +90,24 @@ def openrlhf_answer(answers: Sequence[dict]) -> dict:
     }
 
 
+def verify_answer(request: dict, answers: dict[str, dict], request_id: str) -> dict:
+    """NeMo Gym's ``BaseVerifyResponse`` for one rollout: the request as sent (``request``, its extra fields
+    included), with its member answer's fields (``request_id``, ``group_id``, ``rubric_id``, ``set_id``,
+    ``unscorable``) and ``reward`` set over it. ``answers``: every member's answer of its set. NeMo Gym needs a
+    number: an unscorable rollout gets its set's mean (``fill_unscorable``), its ``unscorable`` list saying why."""
+    mine = answers[request_id]
+    mates = [a["reward"] for a in answers.values() if a["set_id"] == mine["set_id"]]
+    reward = fill_unscorable([mine["reward"], *mates])[0][0]  # its own reward, or the mean of the scorable ones
+    return {**request, **mine, "reward": reward}
+
+
 def unscorable_count(answer: dict) -> float:
-    """How many responses an answer of any route leaves without a reward (``dr_unscorable_total``)."""
+    """How many responses an answer of any route leaves without a reward (``dr_unscorable_total``); a ``/verify``
+    reward filled with its set's mean counts (its ``unscorable`` says why)."""
     if "reward" in answer:
-        return float(answer["reward"] is None)
+        return float(answer["reward"] is None or bool(answer.get("unscorable")))
     if "rewards" in answer:
         return sum(answer["extra_logs"]["dr_unscorable"])
-    return float(sum(s is None for s in answer["scores"]))
+    if "scores" in answer:
+        return float(sum(s is None for s in answer["scores"]))
+    return 0.0  # /seed_session's {}

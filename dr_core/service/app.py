@@ -10,6 +10,10 @@ Routes (docs/how-to/reward-service.md; every field and error in the site's HTTP 
   once the whole group has arrived (504 ``group_incomplete`` if it does not in time).
 - ``POST /get_reward``: OpenRLHF ``--remote_rm_url``: ``{query, prompts, labels}`` -> ``{rewards, scores,
   extra_logs}``; groups form by prompt, ``group_size`` per set.
+- ``POST /verify``: NeMo Gym's resources-server verify, ``BaseVerifyRequest`` ``{responses_create_params, response,
+  ...}`` -> ``BaseVerifyResponse``, the request echoed with ``reward`` (and the ``/v1/rewards`` answer's fields)
+  once ``--group-size`` rollouts of its prompt and task have arrived (504 ``group_incomplete`` if they do not in
+  time). ``POST /seed_session``: NeMo Gym's, answers ``{}``.
 - ``GET /health`` (the process answers), ``GET /ready`` (engines loaded, worker running), ``GET /metrics``
   (Prometheus text).
 
@@ -40,10 +44,18 @@ from starlette.exceptions import HTTPException
 from dr_core.service.answers import unscorable_count
 from dr_core.service.errors import BadRequest, GroupIncomplete, TooManyGroups, Unavailable
 from dr_core.service.intake import Service
-from dr_core.service.requests import ErrorBody, OpenRLHFBatch, RewardMember, ScoreSet, parse
+from dr_core.service.requests import (
+    ErrorBody,
+    NeMoGymSeedSessionRequest,
+    NeMoGymVerifyRequest,
+    OpenRLHFBatch,
+    RewardMember,
+    ScoreSet,
+    parse,
+)
 
 OPEN_ROUTES = ("/health", "/ready")
-COUNTED_ROUTES = ("/v1/score-set", "/v1/rewards", "/get_reward")
+COUNTED_ROUTES = ("/v1/score-set", "/v1/rewards", "/get_reward", "/verify")
 
 __all__ = ["Service", "create_app"]
 
@@ -91,6 +103,14 @@ def create_app(service: Service) -> FastAPI:
     @app.post("/get_reward", responses=_declared(401, 413, 422, 503, 504))
     async def get_reward(request: Request):
         return await _handle(service, request, OpenRLHFBatch, service.openrlhf)
+
+    @app.post("/verify", responses=_declared(401, 413, 422, 503, 504))
+    async def verify(request: Request):
+        return await _handle(service, request, NeMoGymVerifyRequest, service.nemo_gym_verify)
+
+    @app.post("/seed_session", responses=_declared(401, 413, 422, 503))
+    async def seed_session(request: Request):
+        return await _handle(service, request, NeMoGymSeedSessionRequest, service.nemo_gym_seed_session)
 
     @app.get("/health")
     async def health():

@@ -2,7 +2,8 @@
 ``/get_reward`` groups by prompt). The intake joins members; ``submit_group`` puts a complete group on the queue
 (``batcher``) as one set.
 
-RL trainers send one sample per request; DynamicRubric scores a response *set*. A ``GroupCollector`` keeps each
+RL trainers send one sample per request; DynamicRubric scores a response *set*. (``/verify``, NeMo Gym's, groups by
+the rollout's prompt and task, ``--group-size`` each.) A ``GroupCollector`` keeps each
 open group's members (by request id) and, when the last one arrives, hands the whole set to ``on_complete`` once.
 Every member waits on the group's future: all of them get the set's answers, or all get the same error.
 
@@ -94,6 +95,10 @@ class GroupCollector:
             g.future.add_done_callback(lambda _f, gid=group_id: self._closing.pop(gid, None))
             self.on_complete(g)
         return g.future
+
+    def holds(self, group_id: str, request_id: str) -> bool:
+        """Whether ``request_id`` is a member of ``group_id``, open or being scored (a retry waits on its future)."""
+        return any(request_id in pool[group_id].members for pool in (self.open, self._closing) if group_id in pool)
 
     def _expire(self, group_id: str) -> None:
         g = self.open.pop(group_id, None)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Callable
 
 from dr_core.config.service import ServiceSettings
 from dr_core.engines.base import Engine
-from dr_core.service.answers import answer_batch, openrlhf_answer
+from dr_core.service.answers import answer_batch, openrlhf_answer, verify_answer
 from dr_core.service.batcher import Batcher, count_batch
 from dr_core.service.errors import BadRequest, TooManyGroups, Unavailable
 from dr_core.service.groups import GroupCollector, count_timeout, submit_group
@@ -31,7 +31,13 @@ from dr_core.service.scoring import Member, Scorer, SetJob
 from dr_core.store.artifacts import Store
 
 if TYPE_CHECKING:
-    from dr_core.service.requests import OpenRLHFBatch, RewardMember, ScoreSet
+    from dr_core.service.requests import (
+        NeMoGymSeedSessionRequest,
+        NeMoGymVerifyRequest,
+        OpenRLHFBatch,
+        RewardMember,
+        ScoreSet,
+    )
 
 Log = Callable[[str], None]
 
@@ -73,6 +79,7 @@ class Service:
         self.on_failure: Callable[[], None] | None = None  # the server stops itself (exit 2)
         self._inflight: dict[str, tuple[str, asyncio.Future]] = {}
         self._prompt_groups: dict[str, str] = {}
+        self._verify_groups: dict[str, str] = {}  # /verify: group key -> the group id collecting it now
         self.metrics.gauge("dr_queue_depth", self.queue_depth)
         self.metrics.gauge("dr_open_groups", self.open_groups)
 
@@ -81,6 +88,8 @@ class Service:
         try:
             self.ledger.open()
             generator, verifier = self._open_engines()
+            if self.settings.batching == "continuous":
+                generator, verifier = self._concurrent(generator, verifier)
             self.batcher = self._worker(generator, verifier).start()
             self.collector = self._collector(self.batcher)
             self.generator_name, self.verifier_name = generator.model_name, verifier.model_name
@@ -95,6 +104,24 @@ class Service:
             if self.on_failure is not None:
                 self.on_failure()
 
+    def _concurrent(self, generator: Engine, verifier: Engine) -> tuple[Engine, Engine]:
+        """The engines made safe to call from every worker at once (``dr_core.engines.continuous``); closed (detached
+        from the continuous driver) before the pool closes the engines themselves."""
+        from dr_core.engines.continuous import make_concurrent
+
+        # one wrapper for a shared engine; the verifier first: a set being verified finishes before more rubrics start
+        wrapped = {id(e): make_concurrent(e, priority) for e, priority in ((verifier, 1), (generator, 0))}
+        inner_close = self._close_engines
+
+        def close() -> None:
+            for e in {id(generator): generator, id(verifier): verifier}.values():
+                if wrapped[id(e)] is not e:
+                    wrapped[id(e)].close()
+            inner_close()
+
+        self._close_engines = close
+        return wrapped[id(generator)], wrapped[id(verifier)]
+
     def _worker(self, generator: Engine, verifier: Engine) -> Batcher:
         """The queue and its worker, over the later stages: score, answer, commit."""
         s = self.settings
@@ -105,6 +132,7 @@ class Service:
             scorer.score,
             partial(answer_batch, s.run_id),
             partial(self.ledger.commit, generator=generator.model_name, verifier=verifier.model_name),
+            mode=s.batching,
             max_batch_sets=s.max_batch_sets,
             batch_wait_s=s.batch_wait_s,
             max_queue_sets=s.max_queue_sets,
@@ -222,3 +250,29 @@ class Service:
             waits.append((rid, collector.join(gid, self.settings.group_size, prompt, response, member)))
         results = await asyncio.gather(*(asyncio.shield(f) for _, f in waits))
         return openrlhf_answer([res[rid] for (rid, _), res in zip(waits, results)])
+
+    async def nemo_gym_verify(self, body: NeMoGymVerifyRequest) -> dict:
+        """NeMo Gym's ``/verify``: one rollout, held until ``--group-size`` rollouts of its group key have arrived
+        (``NeMoGymVerifyRequest.group_key``), then scored with them as one set. A group key names one group at a
+        time (``nemo-gym-<key>-<random>``): once that group is complete the next rollout of the key opens a new one,
+        as NeMo Gym sends the same prompt again every epoch. A request sent again with the same body while its
+        group is open or being scored waits on the same answer (its request id is a hash of group id and body)."""
+        self._require_ready()
+        collector = self.collector
+        if len(self._verify_groups) > 4 * self.settings.max_open_groups:  # forget keys whose group has closed
+            self._verify_groups = {k: g for k, g in self._verify_groups.items() if g in collector.open}
+        key, fp = body.group_key(), fingerprint("verify", body.echo())
+        gid = self._verify_groups.get(key)
+        if gid is None or not (gid in collector.open or collector.holds(gid, f"{gid}-{fp[:16]}")):
+            gid = self._verify_groups[key] = f"nemo-gym-{key}-{uuid.uuid4().hex[:12]}"
+        rid = f"{gid}-{fp[:16]}"
+        member = Member(rid, "verify", fp, _now(), group_id=gid)
+        fut = collector.join(gid, self.settings.group_size, body.prompt_text(), body.response_text(), member)
+        answers = await asyncio.shield(fut)
+        return verify_answer(body.echo(), answers, rid)
+
+    async def nemo_gym_seed_session(self, _body: NeMoGymSeedSessionRequest) -> dict:
+        """NeMo Gym's ``/seed_session``: nothing to seed (``BaseSeedSessionResponse`` is empty) once the engines
+        are ready."""
+        self._require_ready()
+        return {}

@@ -6,6 +6,9 @@ field (the app answers 422 and writes nothing).
   group the service collects.
 - ``OpenRLHFBatch`` (``POST /get_reward``): OpenRLHF's ``--remote_rm_url`` body, ``{"query": [...], "prompts":
   [...], "labels": [...]}``; a query is the prompt followed by the response (``pairs()`` splits them).
+- ``NeMoGymVerifyRequest`` (``POST /verify``): NeMo Gym's ``BaseVerifyRequest``, ``{responses_create_params,
+  response, ...}``, one rollout of a group the service collects (``prompt_text``, ``response_text``, ``group_key``);
+  ``NeMoGymSeedSessionRequest`` (``POST /seed_session``): ``BaseSeedSessionRequest``, any object.
 - ``ErrorBody``: the one shape of every error answer, ``{"error": <code>, "detail": <text>, "field": <path>|null}``.
 
 Stage "parse", after the routes (``app``); a parsed body goes on to the ``Service`` (``intake``). Pure: pydantic and
@@ -14,10 +17,11 @@ the standard library.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError, field_validator
 
 from dr_core.config.service import ServiceSettings
 from dr_core.service.errors import BadRequest
@@ -58,6 +62,133 @@ class OpenRLHFBatch(BaseModel):
         """(prompt, response) of every query: the query with its prompt prefix removed (OpenRLHF sends the whole
         templated text; a query that does not start with its prompt is taken whole as the response)."""
         return [(p, q[len(p) :] if q.startswith(p) else q) for q, p in zip(self.query, self.prompts)]
+
+
+# -- NeMo Gym (nemo-gym 0.4.0, nemo_gym.base_resources_server / nemo_gym.openai_utils) ------------------------------
+# The service runs on Python 3.11 and cannot import nemo-gym (3.12+): these mirror the fields of its models that the
+# service reads, and accept every other field NeMo Gym sends (extra="allow": the answer echoes them back).
+
+_NG_EXTRA = ConfigDict(extra="allow", frozen=True, hide_input_in_errors=True, populate_by_name=True)
+#: the text-bearing content parts of Responses API messages (input and output)
+_TEXT_PARTS = ("input_text", "output_text", "text")
+
+
+class NeMoGymResponsesCreateParams(BaseModel):
+    """``NeMoGymResponseCreateParamsNonStreaming``: the policy's request. The service reads ``input`` (a string, or
+    a list of Responses API input items) and ``instructions``; ``model``, ``temperature``, ``tools``, ... are kept."""
+
+    model_config = _NG_EXTRA
+
+    input: StrictStr | list[dict[str, Any]]
+    instructions: StrictStr | None = None
+
+    @field_validator("input", mode="wrap")
+    @classmethod
+    def _input(cls, value, handler):
+        return _one_of(value, handler, "a string or a list of input items (objects)")
+
+
+class NeMoGymResponse(BaseModel):
+    """``NeMoGymResponse`` (an OpenAI Responses API ``Response``): the rollout. The service reads ``output``, a list
+    of output items; ``id``, ``model``, ``usage``, token ids, ... are kept."""
+
+    model_config = _NG_EXTRA
+
+    output: list[dict[str, Any]]
+
+
+class NeMoGymVerifyRequest(BaseModel):
+    """NeMo Gym's ``BaseVerifyRequest`` (``POST /verify``): ``responses_create_params`` and ``response`` required,
+    any other field (the dataset row's own, ``_ng_task_index``, ``_ng_rollout_index``, ``prompt_id``, ...) accepted
+    and echoed in the answer. Rollouts are grouped by ``group_key`` into sets of ``--group-size``."""
+
+    model_config = _NG_EXTRA
+
+    responses_create_params: NeMoGymResponsesCreateParams
+    response: NeMoGymResponse
+    task_index: StrictInt | None = Field(None, alias="_ng_task_index")
+    rollout_index: StrictInt | None = Field(None, alias="_ng_rollout_index")
+    prompt_id: StrictStr | StrictInt | None = None
+
+    @field_validator("prompt_id", mode="wrap")
+    @classmethod
+    def _prompt_id(cls, value, handler):
+        return _one_of(value, handler, "a string, an integer or null")
+
+    def prompt_text(self) -> str:
+        """The prompt the evaluator sees: ``instructions`` and the text of every input message. One user message
+        alone is its text; otherwise ``role: text`` blocks separated by a blank line. Non-message input items
+        (function calls and their outputs, reasoning) and non-text parts (images, files) are left out."""
+        p = self.responses_create_params
+        if isinstance(p.input, str):
+            turns = [("user", p.input)]
+        else:
+            turns = [
+                (str(item.get("role", "user")), _content_text(item.get("content")))
+                for item in p.input
+                if _is_message(item)
+            ]
+        turns = [(role, text) for role, text in turns if text.strip()]
+        if p.instructions and p.instructions.strip():
+            turns.insert(0, ("system", p.instructions))
+        if len(turns) == 1 and turns[0][0] == "user":
+            return turns[0][1]
+        return "\n\n".join(f"{role}: {text}" for role, text in turns)
+
+    def response_text(self) -> str:
+        """The rollout's answer: the ``output_text`` parts of the assistant messages in ``response.output``, in
+        order (reasoning, function calls and refusals left out, as NeMo Gym's genrm_compare does). An output
+        without any is the empty answer, and is scored as such."""
+        return "".join(
+            _content_text(item.get("content"), parts=("output_text",))
+            for item in self.response.output
+            if _is_message(item) and item.get("role", "assistant") == "assistant"
+        )
+
+    def group_key(self) -> str:
+        """Which rollouts form one set (NeMo Gym's genrm_compare keys its cohorts the same way): the prompt's id
+        (``prompt_id(prompt_text)``), scoped by ``_ng_task_index`` when NeMo Gym sent it (rollout collection
+        numbers its tasks), else by the row's ``prompt_id`` when it has one."""
+        pid = "p" + hashlib.sha256(self.prompt_text().encode()).hexdigest()[:16]
+        if self.task_index is not None:
+            return f"t{self.task_index}-{pid}"
+        if self.prompt_id is not None:
+            return f"i{hashlib.sha256(str(self.prompt_id).encode()).hexdigest()[:12]}-{pid}"
+        return pid
+
+    def echo(self) -> dict:
+        """The request as NeMo Gym sent it (extra fields included, aliases as sent), for the answer."""
+        return self.model_dump(mode="json", by_alias=True, exclude_unset=True)
+
+
+class NeMoGymSeedSessionRequest(BaseModel):
+    """NeMo Gym's ``BaseSeedSessionRequest`` (``POST /seed_session``): no field of its own; NeMo Gym's agents send
+    the whole run request (accepted and ignored)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True, hide_input_in_errors=True)
+
+
+def _one_of(value, handler, expected: str):
+    """A union field's error at the field itself (pydantic names each member: ``input.str``, ...)."""
+    try:
+        return handler(value)
+    except ValidationError:
+        raise ValueError(f"must be {expected}") from None
+
+
+def _is_message(item: Any) -> bool:
+    return isinstance(item, dict) and item.get("type", "message") == "message" and "content" in item
+
+
+def _content_text(content: Any, parts: tuple[str, ...] = _TEXT_PARTS) -> str:
+    """A message's text: a string, or the concatenated text of its text parts."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return ""
+    return "".join(
+        c["text"] for c in content if isinstance(c, dict) and c.get("type") in parts and isinstance(c.get("text"), str)
+    )
 
 
 class ErrorBody(BaseModel):
@@ -113,6 +244,12 @@ def _limits(body, settings: ServiceSettings) -> None:
             raise BadRequest("group_size", f"{body.group_size}; the limit is {settings.max_responses}")
         _text("prompt", body.prompt, settings)
         _text("response", body.response, settings)
+    elif isinstance(body, NeMoGymVerifyRequest):
+        prompt = body.prompt_text()
+        if not prompt.strip():
+            raise BadRequest("responses_create_params.input", "no text in the input messages: nothing to score against")
+        _text("responses_create_params.input", prompt, settings)
+        _text("response.output", body.response_text(), settings)
     elif isinstance(body, OpenRLHFBatch):
         if len(body.prompts) != len(body.query):
             raise BadRequest("prompts", f"{len(body.prompts)} prompts for {len(body.query)} queries; one per query")

@@ -33,7 +33,7 @@ from tests.support.scripted_server import ScriptedServer
 from tests.support.serve_proc import ServeProcess, engines_file
 
 #: generated cases per route (a route whose inputs are few, the GET probes, gets fewer: hypothesis stops early)
-CASES = {"post": 170, "get": 20}
+CASES = {"post": 110, "get": 20}
 MIN_TOTAL = 500
 DECLARED_5XX = {503, 504}
 

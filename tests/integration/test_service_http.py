@@ -101,6 +101,8 @@ def test_probes_are_open_and_everything_else_needs_the_token(served):
             ("post", "/v1/score-set"),
             ("post", "/v1/rewards"),
             ("post", "/get_reward"),
+            ("post", "/verify"),
+            ("post", "/seed_session"),
         ]:
             r = getattr(anon, method)(path, **({"json": SET} if method == "post" else {}))
             _error_of(r, 401, "unauthorized")

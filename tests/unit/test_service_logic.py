@@ -175,6 +175,48 @@ def test_a_failed_batch_fails_every_future_with_unavailable():
         b.submit(SetJob("set:y", "p", ("a",), 1, 0, [_member("y")]))
 
 
+def test_continuous_mode_answers_each_set_when_its_own_work_is_done():
+    """A set that finishes while another is still being scored is answered at once; a failing set fails alone."""
+    import threading
+
+    release_slow = threading.Event()
+
+    def score(jobs):
+        [job] = jobs  # continuous: one set per run
+        if job.key == "set:slow":
+            assert release_slow.wait(30)
+        if job.key == "set:bad":
+            raise RuntimeError("bad set")
+        return jobs
+
+    def answer(scored):
+        return {m.request_id: {"key": j.key} for j in scored for m in j.members}
+
+    sizes = []
+    b = Batcher(score, answer, mode="continuous", max_batch_sets=4, on_batch=lambda n, s, e: sizes.append((n, e)))
+    b.start()
+    try:
+        slow = b.submit(SetJob("set:slow", "p", ("a",), 1, 0, [_member("slow")]))
+        fast = b.submit(SetJob("set:fast", "p", ("a",), 1, 0, [_member("fast")]))
+        bad = b.submit(SetJob("set:bad", "p", ("a",), 1, 0, [_member("bad")]))
+        assert fast.result(10) == {"fast": {"key": "set:fast"}}
+        with pytest.raises(Unavailable) as e:
+            bad.result(10)
+        assert e.value.reason == "batch_failure"
+        assert not slow.done() and b.busy
+        release_slow.set()
+        assert slow.result(10) == {"slow": {"key": "set:slow"}}
+    finally:
+        release_slow.set()
+        b.close()
+    assert sorted(sizes, key=str) == sorted([(1, None), (1, None), (1, "batch_failure")], key=str)
+
+
+def test_batcher_mode_is_checked():
+    with pytest.raises(ValueError, match="continuous, coalesce"):
+        Batcher(lambda j: j, lambda s: {}, mode="eager")
+
+
 # -- ledger: commit protocol on a real local store -------------------------------------------------------------------
 
 

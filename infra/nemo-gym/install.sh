@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Install NeMo Gym's own environment (default .venv-nemo-gym in the repository root): nemo-gym 0.4.0 on Python 3.12,
+# no project code. Why it is separate: infra/nemo-gym/requirements.txt. tests/integration/test_nemo_gym_verify.py
+# builds its /verify requests with this environment's nemo-gym models.
+#
+#   bash infra/nemo-gym/install.sh          # idempotent: a second run with unchanged pins does nothing
+#   DR_NEMO_GYM_VENV=/path/to/venv PYTHON312=/path/to/python3.12 bash infra/nemo-gym/install.sh
+#
+# Python 3.12: $PYTHON312, else python3.12 on the PATH, else pyenv's newest 3.12 (the first that runs).
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+venv="${DR_NEMO_GYM_VENV:-$root/.venv-nemo-gym}"
+req="$root/infra/nemo-gym/requirements.txt"
+
+is_python312() { "$1" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' >/dev/null 2>&1; }
+find_python312() {  # a pyenv shim named python3.12 may be on the PATH and refuse to run: each candidate is tried
+  local p
+  for p in "${PYTHON312:-}" "$(command -v python3.12 || true)" \
+    $(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.12.*/bin/python3.12 2>/dev/null | sort -rV); do
+    if [ -n "$p" ] && is_python312 "$p"; then echo "$p"; return; fi
+  done
+  echo "[install-nemo-gym] error: no working Python 3.12 (nemo-gym needs >= 3.12): set PYTHON312=/path/to/python3.12" >&2
+  exit 2
+}
+
+if [ ! -x "$venv/bin/python" ]; then
+  python="$(find_python312)"
+  echo "[install-nemo-gym] creating virtual environment $venv ($python)"
+  "$python" -m venv "$venv"
+fi
+stamp="$venv/.dr-nemo-gym-stamp"
+want="$(sha256sum "$req" | cut -d' ' -f1)"
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  echo "[install-nemo-gym] $venv is up to date"
+  exit 0
+fi
+echo "[install-nemo-gym] installing the pinned NeMo Gym environment (about a minute the first time)"
+"$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps -r "$req" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
+# --no-deps trusts the list to be a complete resolution: pip check proves it is.
+"$venv/bin/python" -m pip check --disable-pip-version-check >/dev/null
+"$venv/bin/python" -c "import nemo_gym.base_resources_server, nemo_gym.openai_utils" >/dev/null
+echo "$want" > "$stamp"
+echo "[install-nemo-gym] done: $venv"
