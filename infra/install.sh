@@ -19,6 +19,7 @@ if [ ! -x "$venv/bin/python" ]; then
   "$python" -m venv "$venv"
 fi
 bash "$root/infra/k8s/install-worker.sh"  # the Kubernetes worker's own environment (.venv-worker, own stamp)
+bash "$root/infra/verifiers/install.sh"   # verifiers 0.4.0 and the example environment (.venv-verifiers)
 bash "$root/infra/nemo-gym/install.sh"    # nemo-gym 0.4.0 on Python 3.12 (.venv-nemo-gym), for test_nemo_gym_verify
 bash "$root/infra/install-browser.sh"     # headless Chromium for the docs site's browser test (if missing)
 stamp="$venv/.dr-install-stamp"
