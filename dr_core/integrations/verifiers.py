@@ -33,7 +33,7 @@ from typing import Any, Sequence
 
 import httpx
 
-from dr_core.service.clients import RewardServiceError, _digest, _headers, _post_async, _token
+from dr_core.service.clients import RewardServiceError, auth_headers, post_async, request_digest, resolve_token
 
 #: the name of the reward on each trace (``trace.rewards[REWARD_NAME]``)
 REWARD_NAME = "dynamicrubric"
@@ -106,7 +106,7 @@ class DynamicRubricGroupReward:
         self._transport = transport  # tests: an httpx.MockTransport
         if token is None and token_env is None and os.environ.get(TOKEN_ENV):
             token_env = TOKEN_ENV
-        self._headers = _headers(_token(token, token_env))
+        self._headers = auth_headers(resolve_token(token, token_env))
         self.rubric_rollouts, self.seed, self.timeout_s, self.attempts = rubric_rollouts, seed, timeout_s, attempts
         self.run_tag = run_tag or f"verifiers-{os.getpid()}-{int(time.time())}"
         self.__name__ = REWARD_NAME
@@ -121,7 +121,7 @@ class DynamicRubricGroupReward:
             "responses": responses,
             "rubric_rollouts": self.rubric_rollouts,
             "seed": self.seed,
-            "request_id": f"{self.run_tag}-{_digest(str(key), prompt, responses)}",
+            "request_id": f"{self.run_tag}-{request_digest(str(key), prompt, responses)}",
         }
 
     async def __call__(self, prompts: Sequence[str], completions: Sequence[str], key: Any = None):
@@ -132,7 +132,7 @@ class DynamicRubricGroupReward:
         body = self.body(prompts[0], completions, key)
         timeout = httpx.Timeout(self.timeout_s, connect=10.0)
         async with httpx.AsyncClient(timeout=timeout, transport=self._transport) as client:
-            answer = await _post_async(client, f"{self.url}/v1/score-set", body, self._headers, self.attempts)
+            answer = await post_async(client, f"{self.url}/v1/score-set", body, self._headers, self.attempts)
         self.last_answer = answer
         return rewards_of(answer, len(completions))
 

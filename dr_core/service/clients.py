@@ -62,11 +62,11 @@ class RewardServiceError(RuntimeError):
     """The service refused a request (4xx) or stayed unreachable/unavailable after every attempt."""
 
 
-def _headers(token: str | None) -> dict[str, str]:
+def auth_headers(token: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"} if token else {}
 
 
-def _token(token: str | None, token_env: str | None) -> str | None:
+def resolve_token(token: str | None, token_env: str | None) -> str | None:
     if token:
         return token
     if token_env:
@@ -100,11 +100,11 @@ def _text(x: Any) -> str:
     return str(x)
 
 
-def _digest(*parts) -> str:
+def request_digest(*parts) -> str:
     return hashlib.sha256(json.dumps(parts, ensure_ascii=False).encode()).hexdigest()[:24]
 
 
-async def _post_async(client: httpx.AsyncClient, url: str, body: dict, headers: dict, attempts: int) -> dict:
+async def post_async(client: httpx.AsyncClient, url: str, body: dict, headers: dict, attempts: int) -> dict:
     delay = 1.0
     for attempt in range(1, attempts + 1):
         try:
@@ -166,7 +166,7 @@ class DynamicRubricReward:
             raise ValueError("mode='members' needs group_size (GRPOConfig.num_generations)")
         self.url, self.group_column, self.mode, self.group_size = url.rstrip("/"), group_column, mode, group_size
         self.rubric_rollouts, self.seed, self.timeout_s, self.attempts = rubric_rollouts, seed, timeout_s, attempts
-        self._headers = _headers(_token(token, token_env))
+        self._headers = auth_headers(resolve_token(token, token_env))
         self.run_tag = run_tag or f"trl-{os.getpid()}-{int(time.time())}"
         self.__name__ = "dynamicrubric_service"
         self.history: list[dict] = []
@@ -192,7 +192,7 @@ class DynamicRubricReward:
                 calls = []
                 for key, idx in blocks.items():
                     responses = [texts[i] for i in idx]
-                    rid = f"{self.run_tag}-s{step}-{_digest(str(key), prompt_texts[idx[0]], responses)}"
+                    rid = f"{self.run_tag}-s{step}-{request_digest(str(key), prompt_texts[idx[0]], responses)}"
                     body = {
                         "prompt": prompt_texts[idx[0]],
                         "responses": responses,
@@ -200,7 +200,7 @@ class DynamicRubricReward:
                         "rubric_rollouts": self.rubric_rollouts,
                         "seed": self.seed + step,
                     }
-                    calls.append(_post_async(client, f"{self.url}/v1/score-set", body, self._headers, self.attempts))
+                    calls.append(post_async(client, f"{self.url}/v1/score-set", body, self._headers, self.attempts))
                 answers = await asyncio.gather(*calls)
                 for idx, ans in zip(blocks.values(), answers):
                     for i, score in zip(idx, ans["scores"]):
@@ -209,7 +209,7 @@ class DynamicRubricReward:
                 rank = os.environ.get("RANK", "0")
                 calls = []
                 for i, (key, text) in enumerate(zip(keys, texts)):
-                    gid = f"{self.run_tag}-s{step}-{_digest(str(key))}"
+                    gid = f"{self.run_tag}-s{step}-{request_digest(str(key))}"
                     body = {
                         "group_id": gid,
                         "group_size": self.group_size,
@@ -217,7 +217,7 @@ class DynamicRubricReward:
                         "response": text,
                         "request_id": f"{gid}-r{rank}-{i}",
                     }
-                    calls.append(_post_async(client, f"{self.url}/v1/rewards", body, self._headers, self.attempts))
+                    calls.append(post_async(client, f"{self.url}/v1/rewards", body, self._headers, self.attempts))
                 for i, ans in enumerate(await asyncio.gather(*calls)):
                     rewards[i] = ans["reward"]
         self.history.append(
@@ -239,7 +239,7 @@ def _verl_env() -> tuple[str, dict]:
     url = os.environ.get("DR_SERVE_URL")
     if not url:
         raise RewardServiceError("$DR_SERVE_URL is not set (the reward service, e.g. http://127.0.0.1:8321)")
-    return url.rstrip("/"), _headers(os.environ.get("DR_SERVE_TOKEN") or None)
+    return url.rstrip("/"), auth_headers(os.environ.get("DR_SERVE_TOKEN") or None)
 
 
 def _verl_prompt(extra_info: dict | None, solution_str: str) -> str:
@@ -273,7 +273,7 @@ def compute_score_batch(data_sources, solution_strs, ground_truths, extra_infos,
             body = {
                 "prompt": prompts[idx[0]],
                 "responses": responses,
-                "request_id": f"verl-{_digest(str(key), prompts[idx[0]], responses)}",
+                "request_id": f"verl-{request_digest(str(key), prompts[idx[0]], responses)}",
             }
             ans = _post(client, f"{url}/v1/score-set", body, headers, 5)
             for i, filled in zip(idx, _fill(ans["scores"])):
@@ -294,13 +294,13 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None, **_k
             "compute_score needs extra_info['uid'] (or 'group_id') and extra_info['group_size'] "
             "(or $DR_GROUP_SIZE); or use compute_score_batch"
         )
-    gid = f"verl-{_digest(str(gid))}"
+    gid = f"verl-{request_digest(str(gid))}"
     body = {
         "group_id": gid,
         "group_size": int(size),
         "prompt": prompt,
         "response": solution_str,
-        "request_id": f"{gid}-{_digest(solution_str, info.get('index'), info.get('sample_index'))}",
+        "request_id": f"{gid}-{request_digest(solution_str, info.get('index'), info.get('sample_index'))}",
     }
     with httpx.Client(timeout=httpx.Timeout(600.0, connect=10.0)) as client:
         ans = _post(client, f"{url}/v1/rewards", body, headers, 5)

@@ -261,7 +261,7 @@ class Service:
         collector = self.collector
         if len(self._verify_groups) > 4 * self.settings.max_open_groups:  # forget keys whose group has closed
             self._verify_groups = {k: g for k, g in self._verify_groups.items() if g in collector.open}
-        key, fp = body.group_key(), fingerprint("verify", body.echo())
+        key, fp = body.group_key(prompt_id(body.prompt_text())), fingerprint("verify", body.echo())
         gid = self._verify_groups.get(key)
         if gid is None or not (gid in collector.open or collector.holds(gid, f"{gid}-{fp[:16]}")):
             gid = self._verify_groups[key] = f"nemo-gym-{key}-{uuid.uuid4().hex[:12]}"

@@ -145,11 +145,10 @@ class NeMoGymVerifyRequest(BaseModel):
             if _is_message(item) and item.get("role", "assistant") == "assistant"
         )
 
-    def group_key(self) -> str:
-        """Which rollouts form one set (NeMo Gym's genrm_compare keys its cohorts the same way): the prompt's id
-        (``prompt_id(prompt_text)``), scoped by ``_ng_task_index`` when NeMo Gym sent it (rollout collection
-        numbers its tasks), else by the row's ``prompt_id`` when it has one."""
-        pid = "p" + hashlib.sha256(self.prompt_text().encode()).hexdigest()[:16]
+    def group_key(self, pid: str) -> str:
+        """Which rollouts form one set (NeMo Gym's genrm_compare keys its cohorts the same way): ``pid``, the prompt's
+        stored id (``ledger.prompt_id`` of ``prompt_text()``), scoped by ``_ng_task_index`` when NeMo Gym sent it
+        (rollout collection numbers its tasks), else by the row's ``prompt_id`` when it has one."""
         if self.task_index is not None:
             return f"t{self.task_index}-{pid}"
         if self.prompt_id is not None:

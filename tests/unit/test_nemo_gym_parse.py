@@ -112,12 +112,12 @@ def test_an_output_without_text_is_the_empty_answer_not_an_error():
 
 def test_the_group_key_is_the_prompt_scoped_by_task_index_else_prompt_id():
     pid = prompt_id("What is 2+2?")
-    assert _parse(_body()).group_key() == pid
-    assert _parse(_body(_ng_task_index=7, _ng_rollout_index=3)).group_key() == f"t7-{pid}"
-    by_row = _parse(_body(prompt_id="row-12")).group_key()
+    assert _parse(_body()).group_key(pid) == pid
+    assert _parse(_body(_ng_task_index=7, _ng_rollout_index=3)).group_key(pid) == f"t7-{pid}"
+    by_row = _parse(_body(prompt_id="row-12")).group_key(pid)
     assert by_row.startswith("i") and by_row.endswith(pid) and by_row != pid
-    assert _parse(_body(prompt_id=12)).group_key() != by_row  # an int id and a string id of the same digits differ
-    assert _parse(_body("Another prompt")).group_key() != pid
+    assert _parse(_body(prompt_id=12)).group_key(pid) != by_row  # an int id and a string id of the same digits differ
+    assert _parse(_body("Another prompt")).group_key(prompt_id("Another prompt")) != pid
 
 
 def test_extra_fields_are_accepted_and_echoed_with_aliases_as_sent():
