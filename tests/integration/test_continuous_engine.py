@@ -5,6 +5,7 @@ runs is answered first (it joins the running batch instead of waiting for it).""
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -28,18 +29,39 @@ def continuous(vllm_engine):
     engine.close()
 
 
-def test_threads_get_what_one_batch_gets(vllm_engine, continuous):
+def _until(condition, what: str, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        threading.Event().wait(0.01)
+
+
+def test_threads_get_what_one_batch_gets(vllm_engine, continuous, monkeypatch):
     convs = _convs(4)
     vllm_engine.chat(convs, **SAMPLE)  # a cold prefix cache changes the first call's numerics: warm it
     expected = [c.texts for c in vllm_engine.chat(convs, **SAMPLE)]
     got: dict[int, tuple] = {}
 
+    # bf16 numerics depend on which requests share a step, so an exact comparison needs the same batch: hold the
+    # driver until all four calls wait in the inbox, in the batch's order, then let it add them in one step.
+    # (Without the gate a thread that starts late joins a later step, and a sampled token may differ: CI saw it.)
+    release = threading.Event()
+    step_once = continuous.step_once
+
+    def gated_step() -> None:
+        release.wait(300)
+        step_once()
+
+    monkeypatch.setattr(continuous, "step_once", gated_step)
+
     def one(i: int) -> None:
         got[i] = continuous.chat([convs[i]], **SAMPLE)[0].texts
 
     threads = [threading.Thread(target=one, args=(i,)) for i in range(len(convs))]
-    for t in threads:
+    for i, t in enumerate(threads):
         t.start()
+        _until(lambda n=i + 1: len(continuous._inbox) == n, f"call {i} in the inbox")
+    release.set()
     for t in threads:
         t.join(300)
     assert [got[i] for i in range(len(convs))] == expected
