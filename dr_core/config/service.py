@@ -59,5 +59,17 @@ class ServiceSettings(BaseModel):
     )
     max_queue_sets: int = Field(4096, ge=1, description="sets waiting for the engines at most (more: 503 busy)")
     max_body_bytes: int = Field(1_048_576, ge=1024, description="largest request body (more: 413)")
-    max_responses: int = Field(64, ge=1, le=1024, description="most responses in one set")
-    max_text_chars: int = Field(32_000, ge=1, description="longest prompt or response, characters")
+    max_responses: int = Field(
+        64,
+        ge=1,
+        le=1024,
+        description="most responses in one set: /v1/score-set's responses, /v1/rewards' group_size (more: 422)",
+    )
+    max_queries: int = Field(
+        4096,
+        ge=1,
+        le=65536,
+        description="/get_reward (OpenRLHF): most queries (samples) in one request, so at most that many sets "
+        "(more: 422)",
+    )
+    max_text_chars: int = Field(32_000, ge=1, description="longest prompt or response, characters (more: 422)")

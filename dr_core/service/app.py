@@ -21,10 +21,10 @@ Every error is one JSON shape, ``{"error": <code>, "detail": <text>, "field": <d
 (``requests.ErrorBody``, declared in the OpenAPI schema for each route's statuses): 401 ``unauthorized`` (a bearer
 token is set and the request lacks it; /health and /ready stay open for probes), 404 ``not_found`` and 405
 ``method_not_allowed`` (a route or method the service does not have), 413 ``body_too_large``, 422
-``invalid_request`` (the field named; nothing is written), 503 ``not_ready`` / ``busy`` / ``engine_failure`` /
-``batch_failure``, 504 ``group_incomplete``; a bug is a 500 ``internal_error`` of the same shape. A request id
-answered before (this process or an earlier one on the same store and run id) gets the same answer again; sent
-again with another body it is a 422.
+``invalid_request`` (the field named, also for a set, batch or text over the service's limits; nothing is
+written), 503 ``not_ready`` / ``busy`` / ``engine_failure`` / ``batch_failure``, 504 ``group_incomplete``; a bug is
+a 500 ``internal_error`` of the same shape. A request id answered before (this process or an earlier one on the same
+store and run id) gets the same answer again; sent again with another body it is a 422.
 """
 
 from __future__ import annotations
@@ -63,7 +63,8 @@ __all__ = ["Service", "create_app"]
 _ERRORS = {
     401: "unauthorized: a bearer token is set (--token-file) and the request lacks it",
     413: "body_too_large: the body is over --max-body-bytes (field: body)",
-    422: "invalid_request: the body or the field named is refused; nothing is written",
+    422: "invalid_request: the body or the field named is refused (malformed, or over a limit: --max-responses, "
+    "--max-queries, --max-text-chars); nothing is written",
     503: "not_ready / busy / engine_failure / batch_failure: retry later",
     504: "group_incomplete: the group's last member did not arrive within --group-timeout",
 }

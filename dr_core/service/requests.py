@@ -1,5 +1,8 @@
 """The reward service's request bodies, checked whole before any work: a bad body raises ``BadRequest`` naming the
-field (the app answers 422 and writes nothing).
+field (the app answers 422 and writes nothing). Sizes are bounded by the service's settings, checked before anything
+is queued: responses per set (``--max-responses``, also the largest ``group_size``), queries per ``/get_reward``
+request (``--max-queries``), characters per prompt or response (``--max-text-chars``), bytes per body
+(``--max-body-bytes``, 413); the schema declares the defaults.
 
 - ``ScoreSet`` (``POST /v1/score-set``): ``{prompt, responses[], rubric_rollouts?, seed?, request_id?}``.
 - ``RewardMember`` (``POST /v1/rewards``): ``{group_id, group_size, prompt, response, request_id}``, one sample of a
@@ -19,7 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError, field_validator
 
@@ -29,14 +32,27 @@ from dr_core.service.errors import BadRequest
 #: request ids and group ids: printable, no spaces, at most 200 characters (they are stored and logged)
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/@#+=-]{0,199}$"
 
+# The size limits are the service's settings (``dr serve --max-responses``, ``--max-queries``, ``--max-text-chars``),
+# checked by ``parse`` against the running service's values (``_limits``: 422 naming the field). The schema declares
+# ``dr serve``'s defaults (maxItems, maxLength, maximum), so that a client and the committed contract see them.
+_DEFAULTS = {name: f.default for name, f in ServiceSettings.model_fields.items()}
+MAX_RESPONSES, MAX_QUERIES, MAX_TEXT = _DEFAULTS["max_responses"], _DEFAULTS["max_queries"], _DEFAULTS["max_text_chars"]
+
+#: a prompt or a response: at most ``--max-text-chars`` characters
+Text = Annotated[StrictStr, Field(json_schema_extra={"maxLength": MAX_TEXT})]
+
 
 class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
 
 
 class ScoreSet(_Body):
-    prompt: StrictStr = Field(min_length=1)
-    responses: list[StrictStr] = Field(min_length=1)
+    prompt: Text = Field(min_length=1)
+    responses: list[Text] = Field(
+        min_length=1,
+        json_schema_extra={"maxItems": MAX_RESPONSES},
+        description=f"the set: at most --max-responses ({MAX_RESPONSES} by default) responses",
+    )
     rubric_rollouts: StrictInt = Field(1, ge=1, le=8)
     seed: StrictInt = Field(0, ge=0, le=2**31 - 1)
     request_id: StrictStr | None = Field(None, pattern=ID_PATTERN)
@@ -44,9 +60,13 @@ class ScoreSet(_Body):
 
 class RewardMember(_Body):
     group_id: StrictStr = Field(pattern=ID_PATTERN)
-    group_size: StrictInt = Field(ge=2)
-    prompt: StrictStr = Field(min_length=1)
-    response: StrictStr
+    group_size: StrictInt = Field(
+        ge=2,
+        json_schema_extra={"maximum": MAX_RESPONSES},
+        description=f"members of the group: at most --max-responses ({MAX_RESPONSES} by default)",
+    )
+    prompt: Text = Field(min_length=1)
+    response: Text
     request_id: StrictStr = Field(pattern=ID_PATTERN)
 
 
@@ -54,9 +74,17 @@ class OpenRLHFBatch(BaseModel):
     # OpenRLHF versions add fields (datasources, metadata, token ids): accepted and ignored
     model_config = ConfigDict(extra="ignore", frozen=True, hide_input_in_errors=True)
 
-    query: list[StrictStr] = Field(min_length=1)
-    prompts: list[StrictStr] = Field(min_length=1)
-    labels: list[Any] | None = None
+    query: list[Text] = Field(
+        min_length=1,
+        json_schema_extra={"maxItems": MAX_QUERIES},
+        description=f"prompt + response of each sample: at most --max-queries ({MAX_QUERIES} by default)",
+    )
+    prompts: list[Text] = Field(
+        min_length=1, json_schema_extra={"maxItems": MAX_QUERIES}, description="the prompt of each query"
+    )
+    labels: list[Any] | None = Field(
+        None, json_schema_extra={"maxItems": MAX_QUERIES}, description="ignored; none, or one per query"
+    )
 
     def pairs(self) -> list[tuple[str, str]]:
         """(prompt, response) of every query: the query with its prompt prefix removed (OpenRLHF sends the whole
@@ -234,13 +262,17 @@ def _text(field: str, value: str, settings: ServiceSettings) -> None:
 def _limits(body, settings: ServiceSettings) -> None:
     if isinstance(body, ScoreSet):
         if len(body.responses) > settings.max_responses:
-            raise BadRequest("responses", f"{len(body.responses)} responses; the limit is {settings.max_responses}")
+            raise BadRequest(
+                "responses", f"{len(body.responses)} responses; the limit is {settings.max_responses} (--max-responses)"
+            )
         _text("prompt", body.prompt, settings)
         for i, r in enumerate(body.responses):
             _text(f"responses.{i}", r, settings)
     elif isinstance(body, RewardMember):
         if body.group_size > settings.max_responses:
-            raise BadRequest("group_size", f"{body.group_size}; the limit is {settings.max_responses}")
+            raise BadRequest(
+                "group_size", f"{body.group_size}; the limit is {settings.max_responses} (--max-responses)"
+            )
         _text("prompt", body.prompt, settings)
         _text("response", body.response, settings)
     elif isinstance(body, NeMoGymVerifyRequest):
@@ -250,6 +282,8 @@ def _limits(body, settings: ServiceSettings) -> None:
         _text("responses_create_params.input", prompt, settings)
         _text("response.output", body.response_text(), settings)
     elif isinstance(body, OpenRLHFBatch):
+        if len(body.query) > settings.max_queries:
+            raise BadRequest("query", f"{len(body.query)} queries; the limit is {settings.max_queries} (--max-queries)")
         if len(body.prompts) != len(body.query):
             raise BadRequest("prompts", f"{len(body.prompts)} prompts for {len(body.query)} queries; one per query")
         if body.labels is not None and len(body.labels) not in (0, len(body.query)):

@@ -1,13 +1,18 @@
-"""``dr serve`` without the CLI: check everything cheap first (engines file, store writable, token file, port
-free), then serve on uvicorn while the engines load in the background (``/health`` answers at once, ``/ready``
-once they are loaded). SIGINT / SIGTERM stop it after the running batch.
+"""``dr serve`` without the CLI: check everything cheap first (who can reach it, engines file, store writable, token
+file, port free), then serve on uvicorn while the engines load in the background (``/health`` answers at once,
+``/ready`` once they are loaded). SIGINT / SIGTERM stop it after the running batch.
 
     dr serve --engines engines.yaml --store s3://bucket/dr --host 127.0.0.1 --port 8321 --token-file token.txt
+
+Safe by default: on an address other machines can reach (anything but 127.0.0.0/8, ::1 and ``localhost``) it
+refuses to start without ``--token-file``, unless ``--insecure-no-token`` says so, and then warns on every start
+(``check_exposure``, before anything else is checked or loaded).
 """
 
 from __future__ import annotations
 
 import errno
+import ipaddress
 import logging
 import signal
 import socket
@@ -48,6 +53,38 @@ def read_token(path: str | Path | None) -> str | None:
     return token
 
 
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is reachable from this machine only: ``localhost``, 127.0.0.0/8, ::1 (or ::ffff:127.x.y.z).
+    Any other name, and the wildcard addresses (``0.0.0.0``, ``::``, empty), can be reached from the network."""
+    h = host.strip().strip("[]").lower().rstrip(".")
+    if h == "localhost":
+        return True
+    try:
+        addr = ipaddress.ip_address(h.split("%", 1)[0])
+    except ValueError:
+        return False
+    mapped = getattr(addr, "ipv4_mapped", None)
+    return (mapped or addr).is_loopback
+
+
+def check_exposure(host: str, token_file: str | Path | None, insecure_no_token: bool = False) -> str | None:
+    """Whether ``dr serve`` may listen on ``host`` as asked: ServeError (one line naming the address and the two
+    ways out) for a non-loopback address without a token file or ``--insecure-no-token``; the warning line to log
+    when it serves a non-loopback address unauthenticated (``--insecure-no-token``); None otherwise."""
+    if token_file is not None or is_loopback(host):
+        return None
+    if not insecure_no_token:
+        raise ServeError(
+            f"--host {host} is reachable from other machines and no --token-file was given: give --token-file FILE "
+            "(clients then send its token as a bearer token) or, to serve it unauthenticated anyway, "
+            "--insecure-no-token"
+        )
+    return (
+        f"warning: --insecure-no-token: the scorer on {host} is unauthenticated and reachable from the network "
+        "(anyone who can connect can score and write to the store); use --token-file to require a token"
+    )
+
+
 def check_port(host: str, port: int) -> None:
     if not 0 < port < 65536:
         raise ServeError(f"--port {port}: must be 1..65535")
@@ -70,9 +107,12 @@ def serve(
     token_file: str | Path | None = None,
     log: Log = print,
     access_log: bool = False,
+    insecure_no_token: bool = False,
 ) -> int:
     """Run the service until stopped; returns the exit code: 0 after SIGINT/SIGTERM (the running batch finished,
-    the engines closed), 2 when the engines fail to start."""
+    the engines closed), 2 when the engines fail to start. ServeError, before anything starts, for a start-up input
+    that cannot work (``check_exposure``, the token file, the store, the port)."""
+    warning = check_exposure(host, token_file, insecure_no_token)
     import uvicorn
 
     from dr_core.engines.pool import EnginePool
@@ -102,6 +142,8 @@ def serve(
     server = uvicorn.Server(uv)
     service.on_failure = lambda: setattr(server, "should_exit", True)
     logging.getLogger("uvicorn.error").setLevel(logging.WARNING)
+    if warning:
+        log(warning)
     log(
         f"serving on http://{host}:{port} (store {store.url}, run id {settings.run_id!r}"
         f"{', bearer token required' if token else ''}); loading the engines, GET /ready says when they are up"

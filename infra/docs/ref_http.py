@@ -85,11 +85,21 @@ def _schema_type(prop: dict) -> str:
     return prop.get("type", "any")
 
 
-_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "minLength", "maxLength", "minItems")
+_BOUNDS = (
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "minLength",
+    "maxLength",
+    "minItems",
+    "maxItems",
+)
 
 
 def _bounds(prop: dict) -> str:
     found = [f"{k} {prop[k]}" for k in _BOUNDS if k in prop]
+    found += [f"items {k} {prop['items'][k]}" for k in _BOUNDS if k in prop.get("items", {})]
     for alt in prop.get("anyOf", ()):
         found += [f"{k} {alt[k]}" for k in (*_BOUNDS, "pattern") if k in alt]
     if "pattern" in prop:
