@@ -29,7 +29,9 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
 echo "[install] installing the pinned CPU profile (a few minutes the first time)"
-"$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps -r "$req" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
+# --require-hashes: every pin carries the sha256 of its files (written by infra/pin_hashes.py); a file whose bytes
+# are not one of them (tampered with, substituted) fails here with pip's "THESE PACKAGES DO NOT MATCH THE HASHES".
+"$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps --require-hashes -r "$req" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
 # These three break `import vllm` on CPU (see above); they must not be present even if something pulled them.
 "$venv/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e "$root"

@@ -35,7 +35,9 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
 echo "[install-nemo-gym] installing the pinned NeMo Gym environment (about a minute the first time)"
-"$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps -r "$req" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
+# --require-hashes: every pin carries the sha256 of its files (written by infra/pin_hashes.py); a file whose bytes
+# are not one of them (tampered with, substituted) fails here with pip's "THESE PACKAGES DO NOT MATCH THE HASHES".
+"$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps --require-hashes -r "$req" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
 # --no-deps trusts the list to be a complete resolution: pip check proves it is.
 "$venv/bin/python" -m pip check --disable-pip-version-check >/dev/null
 "$venv/bin/python" -c "import nemo_gym.base_resources_server, nemo_gym.openai_utils" >/dev/null

@@ -25,7 +25,9 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
 echo "[install-verifiers] installing verifiers 0.4.0 and its pinned dependencies (about two minutes the first time)"
-"$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps -r "$req" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
+# --require-hashes: every pin carries the sha256 of its files (written by infra/pin_hashes.py); a file whose bytes
+# are not one of them (tampered with, substituted) fails here with pip's "THESE PACKAGES DO NOT MATCH THE HASHES".
+"$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps --require-hashes -r "$req" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
 "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation \
   -e "$root" -e "$root/examples/verifiers_env" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
 # --no-deps trusts the list to be a complete resolution: pip check proves it is.

@@ -91,10 +91,10 @@ def _env(container: dict) -> dict:
 
 
 def test_worker_environment_holds_the_pinned_worker_and_no_vllm(tmp_path):
-    pins = dict(
-        line.split("==")
+    pins = dict(  # a pin line is "name==version \"; its --hash continuation lines start with spaces
+        line.split()[0].split("==")
         for line in (K8S / "requirements-worker.txt").read_text().splitlines()
-        if line and not line.startswith("#")
+        if line and not line.startswith(("#", " "))
     )
     out = _worker(
         [
