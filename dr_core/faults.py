@@ -14,7 +14,10 @@ The points (name, qualifiers, where):
 - ``store-write`` (qualifiers: the table, e.g. ``store-write:verdicts``, and the part name, e.g.
   ``store-write:measure-verdicts``): ``dr_core.store.atomic._write_temp`` for the store's part files, half-way through
   the
-  bytes of the temp file (the first half written and fsynced, the second not yet).
+  bytes of the temp file (the first half written and fsynced, the second not yet);
+- ``result-write`` (qualifier: the record's key, its file name): ``tasks.result_storage.AtomicLocalFileSystem``, the
+  same writer half-way through the temp file of a Prefect task result or cache record under
+  ``<store>/_prefect/results`` (local stores; an S3 store writes each record in one PUT).
 
 ``DR_FAULT`` holds one or more comma-separated rules ``ACTION@POINT[#N[+]]``:
 
@@ -32,6 +35,7 @@ The points (name, qualifiers, where):
     DR_FAULT='enospc@store-write:rubrics' dr round ...     # every write of the rubrics table fails with ENOSPC
     DR_FAULT='kill@store-write:verdicts#1' dr round ...    # SIGKILL half-way through the first verdicts write
     DR_FAULT='pause@verify#1' DR_FAULT_DIR=/tmp/f dr round ...
+    DR_FAULT='kill@result-write#2' dr round ...            # SIGKILL half-way through the 2nd Prefect record
 
 Pure: no Prefect, no I/O unless a rule fires. The hit counters are per process. tests/integration/test_faults.py is the
 matrix.

@@ -10,7 +10,6 @@ the fingerprint, not the uri (tasks/options.py). The engine pool and the model i
 
 from __future__ import annotations
 
-import hashlib
 from urllib.parse import urlparse
 
 from dr_core.engines.identity import model_id
@@ -18,6 +17,7 @@ from dr_core.engines.process import adopt_engine, close_engines, engine_for, kee
 from dr_core.runs import round_steps
 from dr_core.runs.refs import ArtifactRef, write_ref
 from dr_core.store.artifacts import Store
+from tasks.result_storage import storage_for
 
 __all__ = [
     "adopt_engine",
@@ -38,15 +38,14 @@ def read_rows(store: Store, ref: ArtifactRef) -> list[dict]:
 
 
 def result_storage(store_url: str):
-    """Where Prefect keeps task results and cache records: ``<store>/_prefect/results``. A local store gets a
-    plain path; an S3 store a RemoteFileSystem block (saved, as Prefect requires; it holds no credentials: s3fs
-    reads them from the environment at run time)."""
+    """Where Prefect keeps task results and cache records: ``<store>/_prefect/results``, through a saved block that
+    writes every record atomically (tasks/result_storage.py): ``AtomicLocalFileSystem`` for a local store (temp file,
+    fsync, rename), ``AtomicRemoteFileSystem`` for an S3 store (one ``pipe_file`` per record). Saved, as Prefect
+    requires; the S3 block holds no credentials: s3fs reads them from the environment at run time."""
     store = Store.from_url(store_url)
     local = store.local_root()
     if local is not None:
-        return local / "_prefect" / "results"
-    from prefect.filesystems import RemoteFileSystem
-
+        return storage_for(local / "_prefect" / "results")
     opts = store.s3
     # the store's own budget (dr_core.store.artifacts.S3Options: timeouts, one retry loop), never its keys
     settings = {
@@ -58,10 +57,7 @@ def result_storage(store_url: str):
     }
     if store.endpoint_url:
         settings["client_kwargs"] = {"endpoint_url": store.endpoint_url}
-    block = RemoteFileSystem(basepath=f"{store.url}/_prefect/results", settings=settings)
-    name = "dr-results-" + hashlib.sha256(block.basepath.encode()).hexdigest()[:12]
-    block.save(name, overwrite=True)
-    return RemoteFileSystem.load(name)
+    return storage_for(f"{store.url}/_prefect/results", settings)
 
 
 def in_run(uri: str, run_id: str, round_no: int) -> bool:
