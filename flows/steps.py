@@ -18,7 +18,7 @@ from dr_core import progress
 from dr_core.config import RoundConfig
 from dr_core.model import is_bundled
 from dr_core.resources import PeakRSS
-from dr_core.runs.refs import ArtifactRef, RoundInputs, StepContext
+from dr_core.runs.refs import ArtifactRef, RoundInputs, StepContext, unavailable
 from dr_core.runs.shards import Shard
 from dr_core.store import checkpoints
 from dr_core.store.artifacts import Store
@@ -28,47 +28,102 @@ from tasks.runtime import result_storage
 
 #: The stage of the measurement's artifacts (dr_core.store.schemas.STAGES).
 STAGE = "measure"
+#: A step's state in the ``steps`` table while it runs (a killed execution leaves it; the next marks it Interrupted).
+RUNNING = round_tasks.RUNNING
 
 
-def run_step(task, record: dict, name: str, *args, **kwargs):
+def run_step(task, record: dict, name: str, *args, check=None, **kwargs):
     """Run a task, note whether it ran or came from the cache, when it started, how long it took and the peak
     resident memory of this process meanwhile (``peak_rss_mb``, sampled every 0.2 s: dr_core.resources), tell the
     progress sink (``progress.step_finished``: the CLI's step line), return its result (a failed step is noted as
-    Failed, then its error is raised)."""
+    Failed, then its error is raised). A ``StepLog`` writes the step's row when it starts (Running) and again when
+    it ends, so a killed process leaves every finished step, and the one it died in, in the store. ``check``
+    (result -> problems): a step served from the cache whose result fails it is warned about and run again, its
+    cache record replaced (``Steps.run``: the parts and checkpoints it points at must still be in the store)."""
     started = dt.datetime.now(dt.timezone.utc).isoformat()
+    _note(record, name, {"state": RUNNING, "seconds": None, "started_at": started, "peak_rss_mb": None})
     start = time.perf_counter()
     with PeakRSS() as rss:
         state = task(*args, return_state=True, **kwargs)
+        if check is not None and state.name == "Cached" and (problems := check(state.result())):
+            get_run_logger().warning(
+                "step %s: its cached result points at data the store lost (%s): running it again",
+                name,
+                "; ".join(problems),
+            )
+            state = task.with_options(refresh_cache=True)(*args, return_state=True, **kwargs)
     seconds, peak = round(time.perf_counter() - start, 2), round(rss.peak_mb, 1)
-    record[name] = {"state": state.name, "seconds": seconds, "started_at": started, "peak_rss_mb": peak}
+    _note(record, name, {"state": state.name, "seconds": seconds, "started_at": started, "peak_rss_mb": peak})
     progress.step_finished(name, state.name, seconds, peak)
     return state.result()
 
 
 def _record(record: dict, name: str, state, started: str, seconds: float) -> None:
-    record[name] = {"state": state.name, "seconds": round(seconds, 2), "started_at": started, "peak_rss_mb": None}
+    _note(record, name, {"state": state.name, "seconds": round(seconds, 2), "started_at": started, "peak_rss_mb": None})
     progress.step_finished(name, state.name, round(seconds, 2))
+
+
+def _note(record: dict, name: str, entry: dict) -> None:
+    if isinstance(record, StepLog):
+        record.note(name, entry)
+    else:
+        record[name] = entry
 
 
 class StepLog(dict):
     """A flow's step log (step name -> {"state", "seconds", "started_at", "peak_rss_mb"}, filled by ``run_step``)
-    that is also written to the store's ``steps`` table: ``flush()`` writes every step logged since the previous
-    round's flush under the current ``round`` (one file per flow run and round, rewritten whole), and leaving a
-    ``with`` block flushes, also when a step failed. So the store answers which steps ran, which came from the cache,
-    which failed, how long each took and its peak memory (sql/step_times.sql), for every execution of a run."""
+    that is also the store's ``steps`` table, written as it goes: ``note`` rewrites the current round's file (one
+    per flow run and round) when a step starts (state Running) and when it ends, so a process killed at any moment
+    leaves a row for every step it finished and a Running row for the one it died in. The first write of an
+    execution marks the Running rows that earlier executions of the run left as Interrupted (one execution of a run
+    at a time holds its lease: dr_core/store/lease.py, so a Running row of another execution is a dead one) and says
+    so in the flow's log. ``flush()`` writes the current round again as a Prefect task (retried on a transient store
+    error; a failed ``note`` write only warns); leaving a ``with`` block flushes, also when a step failed. So the
+    store answers which steps ran, which came from the cache, which failed or were interrupted, how long each took
+    and its peak memory (sql/step_times.sql), for every execution of a run."""
 
     def __init__(self, ctx: StepContext):
         super().__init__()
         self.ctx = ctx
         self.round = ctx.round_no
         self._round_of: dict[str, int] = {}
+        self._closed_earlier = False
+
+    def _entries(self) -> dict:
+        for name in self:
+            self._round_of.setdefault(name, self.round)
+        return {k: v for k, v in self.items() if self._round_of[k] == self.round}
+
+    def note(self, name: str, entry: dict) -> None:
+        """Log ``entry`` under ``name`` and write the current round's rows now (a failed write warns; the flow
+        goes on, and ``flush`` writes them again)."""
+        from prefect.runtime import flow_run
+
+        self[name] = entry
+        execution = flow_run.id or ""
+        try:
+            if not self._closed_earlier:
+                self._closed_earlier = True
+                for gone in round_tasks.close_interrupted(self.ctx, execution):
+                    get_run_logger().warning(
+                        "an earlier execution of run %r (%s) was interrupted in step %s (started %s): it runs again",
+                        self.ctx.run_id,
+                        gone["execution"],
+                        gone["step"],
+                        gone["started_at"],
+                    )
+            round_tasks.record_steps.fn(
+                self.ctx.at(round_no=self.round), flow_run.flow_name or "", execution, self._entries()
+            )
+        except Exception as err:  # noqa: BLE001 - the step log must never fail the step it logs
+            get_run_logger().warning(
+                "could not write the step log to the store (will retry at the round's end): %s", err
+            )
 
     def flush(self) -> str | None:
         from prefect.runtime import flow_run
 
-        for name in self:
-            self._round_of.setdefault(name, self.round)
-        entries = {k: v for k, v in self.items() if self._round_of[k] == self.round}
+        entries = self._entries()
         if not entries:
             return None
         ctx = self.ctx.at(round_no=self.round)
@@ -111,7 +166,10 @@ class Steps:
 
     def run(self, task, name: str, *args, **kwargs):
         """``run_step`` of the task, its results in the store, logged under ``name``."""
-        return run_step(self._stored(task), self.log, name, *args, **kwargs)
+        return run_step(self._stored(task), self.log, name, *args, check=self._in_store, **kwargs)
+
+    def _in_store(self, result) -> list[str]:
+        return unavailable(result, self.store)
 
     def model_step(self, task, role: str, name: str, cfg: RoundConfig, *args, table: str) -> ArtifactRef:
         """A model step, shard by shard (``cfg.scale.shards``; one shard when unsplit, dr_core/runs/shards.py), then

@@ -44,6 +44,8 @@ STEP = dict(
 #: an HTTP engine also has its own request timeout, EngineConfig.timeout_s.)
 MODEL_STEP = dict(STEP, timeout_seconds=4 * 3600)
 #: Bookkeeping steps: never cached (they record this execution), retried on transient failure.
+#: A step's state in the steps table while it runs, and once a later execution found it left so (killed in it).
+RUNNING, INTERRUPTED = "Running", "Interrupted"
 RECORD_STEP = dict(persist_result=False, retries=2, retry_delay_seconds=2, retry_condition_fn=retry_on_transient)
 #: The run tables that ``adopt`` copies into a run's partition (prompts and anchors are not per run).
 RUN_TABLES = frozenset({"samples", "rubrics", "verdicts", "scores", "rewards", "eval"})
@@ -242,6 +244,25 @@ def record_run(ctx: StepContext, cfg: RoundConfig, status: str) -> str:
         "code_version": code_version(),
     }
     return Store.from_url(ctx.store).write("runs", [row], part=f"round-{ctx.round_no}", run_id=ctx.run_id)
+
+
+def close_interrupted(ctx: StepContext, execution: str) -> list[dict]:
+    """Mark the steps that other executions of ``ctx.run_id`` left Running (killed in them) as Interrupted: their
+    files are rewritten with the new state, nothing else changes. Returns the marked rows (execution, step,
+    started_at). Only safe while this execution holds the run's lease (no other execution is alive)."""
+    s = Store.from_url(ctx.store)
+    rows = [r for r in s.read_table("steps", run_id=ctx.run_id).to_pylist() if r["execution"] != execution]
+    stale = {(r["execution"], r["round"]) for r in rows if r["state"] == RUNNING}
+    marked = []
+    for ex, rnd in sorted(stale):
+        mine = [r for r in rows if (r["execution"], r["round"]) == (ex, rnd)]
+        for r in mine:
+            if r["state"] == RUNNING:
+                r["state"] = INTERRUPTED
+                marked.append({"execution": ex, "step": r["step"], "started_at": r["started_at"]})
+        keep = [{k: v for k, v in r.items() if k not in ("run_id", "round")} for r in mine]
+        s.write("steps", keep, part=f"exec-{ex}", run_id=ctx.run_id, round=rnd)
+    return marked
 
 
 @task(name="record-steps", **RECORD_STEP)

@@ -371,7 +371,9 @@ def _cost(d: dict, n_slowest: int = 8) -> dict:
     executions: dict[str, dict] = {}
     for r in d["step_times"]:
         executions.setdefault(r["execution"], r)
-    slowest = sorted((r for r in d["step_times"] if r["state"] != "Cached"), key=lambda r: -r["seconds"])[:n_slowest]
+    slowest = sorted(
+        (r for r in d["step_times"] if r["state"] != "Cached" and r["seconds"] is not None), key=lambda r: -r["seconds"]
+    )[:n_slowest]
     return {
         "tokens_chart": tokens_chart,
         "trained": trained,

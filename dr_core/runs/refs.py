@@ -130,3 +130,40 @@ def write_ref(store: Store, table: str, rows, part: str, **keys) -> ArtifactRef:
     row count)."""
     uri = store.write(table, rows, part=part, **keys)
     return ArtifactRef(uri=uri, sha256=store.content_hash(uri), rows=len(rows))
+
+
+def _refs(obj):
+    """Every ArtifactRef and CheckpointRef inside a step's result (models, dicts, lists, tuples)."""
+    if isinstance(obj, (ArtifactRef, CheckpointRef)):
+        yield obj
+    elif isinstance(obj, BaseModel):
+        for name in type(obj).model_fields:
+            yield from _refs(getattr(obj, name))
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            yield from _refs(v)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            yield from _refs(v)
+
+
+def unavailable(result, store: Store) -> list[str]:
+    """What a step's result points at in ``store`` that the store no longer holds as the step wrote it: a part file
+    that is missing or whose bytes differ from its ``sha256``, a checkpoint without its completion marker. Empty
+    when everything is there. A cached result is only as good as this: a store that lost writes (an S3 server's
+    host crashed, a part was deleted by hand) keeps a Prefect cache record pointing at nothing. References to other
+    stores and to bundled models are not checked."""
+    from dr_core.constants import COMPLETE_MARKER
+
+    problems = []
+    for ref in _refs(result):
+        if not ref.uri.startswith(store.url + "/"):
+            continue
+        if isinstance(ref, ArtifactRef):
+            if not store.exists(ref.uri):
+                problems.append(f"{ref.uri} is missing")
+            elif (found := store.content_hash(ref.uri)) != ref.sha256:
+                problems.append(f"{ref.uri} holds other bytes ({found}) than the step wrote ({ref.sha256})")
+        elif not store.exists(f"{ref.uri}/{COMPLETE_MARKER}"):
+            problems.append(f"checkpoint {ref.uri} is missing or incomplete (no {COMPLETE_MARKER})")
+    return problems

@@ -403,7 +403,7 @@ def step_rows(entries: dict[str, dict], flow: str, execution: str) -> Rows:
             "step": name,
             "state": e["state"],
             "started_at": dt.datetime.fromisoformat(e["started_at"]),
-            "seconds": float(e["seconds"]),
+            "seconds": None if e["seconds"] is None else float(e["seconds"]),
             "peak_rss_mb": e.get("peak_rss_mb"),
         }
         for name, e in entries.items()

@@ -231,14 +231,15 @@ _SPECS = [
                 _f("step", pa.string()),
                 _f("state", pa.string()),
                 _f("started_at", pa.timestamp("us", tz="UTC")),
-                _f("seconds", pa.float64()),
+                _f("seconds", pa.float64(), True),
                 _f("peak_rss_mb", pa.float64(), True),
             ]
         ),
         RUN_KEYS,
-        "one row per flow step of one flow run (execution): Completed (ran), Cached (served from the cache) or "
-        "Failed, with its wall seconds and the flow process's peak resident memory meanwhile (MB; NULL in rows "
-        "written before it was recorded); every execution adds its own rows",
+        "one row per flow step of one flow run (execution): Completed (ran), Cached (served from the cache), "
+        "Failed, Running (written when it starts; NULL seconds) or Interrupted (left Running by a killed execution, "
+        "so marked by the next one), with its wall seconds and the flow process's peak resident memory meanwhile "
+        "(MB; NULL in rows written before it was recorded); every execution adds its own rows",
     ),
     TableSpec(
         "eval",

@@ -158,6 +158,29 @@ def test_restage_samples_copies_a_set_under_a_new_stage(measured, store):
     assert again.sha256 == ref.sha256  # same content on every run: downstream cache keys hit
 
 
+def test_close_interrupted_marks_only_other_executions_running_rows(store):
+    start = "2026-01-02T03:04:05+00:00"
+    done = {"state": "Completed", "seconds": 1.0, "started_at": start}
+    running = {"state": "Running", "seconds": None, "started_at": start}
+    round_tasks.record_steps.fn(ctx(store), "coevolve", "killed", {"sample": done, "verify": running})
+    round_tasks.record_steps.fn(ctx(store, round_no=T + 1), "coevolve", "killed", {"score": done})
+    round_tasks.record_steps.fn(ctx(store), "coevolve", "now", {"sample": running})
+    round_tasks.record_steps.fn(ctx(store, run="other"), "coevolve", "x", {"verify": running})
+
+    marked = round_tasks.close_interrupted(ctx(store), "now")
+    assert [(m["execution"], m["step"]) for m in marked] == [("killed", "verify")]
+    rows = Store.from_url(store).read_table("steps").to_pylist()
+    states = {(r["run_id"], r["execution"], r["round"], r["step"]): (r["state"], r["seconds"]) for r in rows}
+    assert states == {
+        (RUN, "killed", T, "sample"): ("Completed", 1.0),
+        (RUN, "killed", T, "verify"): ("Interrupted", None),  # its seconds stay unknown
+        (RUN, "killed", T + 1, "score"): ("Completed", 1.0),
+        (RUN, "now", T, "sample"): ("Running", None),  # this execution's own step is running, not interrupted
+        ("other", "x", T, "verify"): ("Running", None),  # another run is not this execution's business
+    }
+    assert round_tasks.close_interrupted(ctx(store), "now") == []  # nothing left to mark
+
+
 def test_record_steps_writes_one_row_per_step_and_replaces_its_file(store):
     start = "2026-01-02T03:04:05+00:00"
     entries = {
