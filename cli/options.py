@@ -48,3 +48,6 @@ def command_roles(preset_name: str, engines):
         return roles(preset_name, engines), roles_source(preset_name, engines)
     except (ConfigError, ValueError) as exc:
         fail(str(exc))
+
+
+WAIT_HELP = "If another process is writing this run (it holds the run's lease), wait until it ends instead of refusing."

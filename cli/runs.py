@@ -9,6 +9,7 @@ progress display and prints the result's tables (cli/results.py).
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Optional
 
@@ -22,6 +23,7 @@ from cli.options import (
     RUNNER_HELP,
     SHARDS_HELP,
     VERBOSE_HELP,
+    WAIT_HELP,
 )
 from cli.output import check_output_path, console, error_line, fail, log, styled
 from cli.progress import showing_progress
@@ -41,6 +43,7 @@ def round_cmd(
     shards: Optional[int] = typer.Option(None, "--shards", min=1, help=SHARDS_HELP),
     json_out: Optional[str] = typer.Option(None, "--json", help="Also write the result (summary, steps, URIs) here."),
     create_bucket: bool = typer.Option(False, "--create-bucket", help=CREATE_BUCKET_HELP),
+    wait: bool = typer.Option(False, "--wait", help=WAIT_HELP),
     verbose: bool = typer.Option(False, "--verbose", envvar="DR_VERBOSE", help=VERBOSE_HELP),
 ) -> None:
     """Run one DynamicRubric round (sample, rubrics, verify, score, evaluate) as cached Prefect tasks."""
@@ -74,7 +77,7 @@ def round_cmd(
         )
     )
     _say_models(cfg.engines, preset_name, config_file)
-    with showing_progress(console):
+    with _holding_run(params.store, run_id, "dr round", wait), showing_progress(console):
         result = flow_fn(params)
     _finish(result, print_round, json_out)
 
@@ -97,6 +100,13 @@ def coevolve_cmd(
     task_runner: Optional[str] = typer.Option(None, "--task-runner", help=RUNNER_HELP),
     shards: Optional[int] = typer.Option(None, "--shards", min=1, help=SHARDS_HELP),
     create_bucket: bool = typer.Option(False, "--create-bucket", help=CREATE_BUCKET_HELP),
+    generator_start: Optional[str] = typer.Option(
+        None, "--generator-start", help="Start G(0) from this local Hugging Face checkpoint directory."
+    ),
+    policy_start: Optional[str] = typer.Option(
+        None, "--policy-start", help="Start P(0) from this local Hugging Face checkpoint directory."
+    ),
+    wait: bool = typer.Option(False, "--wait", help=WAIT_HELP),
     verbose: bool = typer.Option(False, "--verbose", envvar="DR_VERBOSE", help=VERBOSE_HELP),
 ) -> None:
     """Run Algorithm 1: per round, update the generator, then the policy, then measure; all as cached Prefect tasks."""
@@ -105,6 +115,7 @@ def coevolve_cmd(
 
     configure_prefect()
     cfg, params = _coevolve_params(preset_name, rounds, store, run_id, config_file, overrides, shards)
+    params = _with_starts(params, generator_start, policy_start)
     _check_outputs(params.store, json_out, create_bucket)
     from dr_core.runs.round_steps import check_inputs
     from flows.coevolve import coevolve_flow
@@ -119,7 +130,7 @@ def coevolve_cmd(
         )
     )
     _say_models(cfg.round.engines, preset_name, config_file)
-    with showing_progress(console):
+    with _holding_run(params.store, run_id, "dr coevolve", wait), showing_progress(console):
         result = flow_fn(params)
     _finish(result, print_coevolve, json_out)
 
@@ -147,6 +158,37 @@ def _coevolve_params(preset_name, rounds, store, run_id, config_file, overrides,
         fail(error_line(exc))
 
 
+@contextlib.contextmanager
+def _holding_run(store_url: str, run_id: str, command: str, wait: bool):
+    """Hold the run's lease (dr_core/store/lease.py) for the block: one writer per run id and store. Held by another
+    process: one error line naming it, or with ``--wait`` a line saying whom it waits for, then the wait."""
+    from dr_core.store.artifacts import Store
+    from dr_core.store.lease import LeaseHeld, describe, run_lease
+
+    def waiting(holder: dict) -> None:
+        log(f"run {run_id!r} is in use by {describe(holder)}: waiting for it (--wait)")
+
+    try:
+        with run_lease(Store.from_url(store_url), run_id, command, wait=wait, on_wait=waiting):
+            yield
+    except LeaseHeld as exc:  # raised only while taking the lease, before any work
+        fail(str(exc))
+
+
+def _with_starts(params, generator_start: Optional[str], policy_start: Optional[str]):
+    """The flow parameters with G(0) and P(0) taken from local checkpoint directories (a bad one: one error line)."""
+    from dr_core.runs.updates import start_ref
+
+    starts = {}
+    for key, path in (("generator_start", generator_start), ("policy_start", policy_start)):
+        if path is not None:
+            try:
+                starts[key] = start_ref(path).model_dump()
+            except ValueError as exc:
+                fail(f"--{key.replace('_', '-')}: {exc}")
+    return params.model_copy(update=starts) if starts else params
+
+
 # -- dr stale-fresh -----------------------------------------------------------------------------------------------
 _STALE_FRESH_PRESET_HELP = (
     "Round preset (tiny or paper) to use instead of the run's recorded round config (the default: the verifier, "
@@ -165,6 +207,7 @@ def stale_fresh_cmd(
         None, "--engines", help="engines file (with --preset): its models instead of the preset's."
     ),
     overrides: list[str] = typer.Option([], "--set", help="Override a preset field (with --preset), e.g. --set k=2."),
+    wait: bool = typer.Option(False, "--wait", help=WAIT_HELP),
     verbose: bool = typer.Option(False, "--verbose", envvar="DR_VERBOSE", help=VERBOSE_HELP),
 ) -> None:
     """Section 4.4: score P(t-1)'s sets with the stale G(t-1) and the fresh G(t); stages 'stale' and 'fresh'.
@@ -188,7 +231,7 @@ def stale_fresh_cmd(
 
         Store.from_url(params.store).require_exists()
         _say_stale_fresh_models(params, preset_name, config_file)
-        with showing_progress(console):
+        with _holding_run(params.store, run_id, "dr stale-fresh", wait), showing_progress(console):
             result = stale_fresh_flow(params)
     except (ValidationError, ValueError) as exc:
         fail(error_line(exc))

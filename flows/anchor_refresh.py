@@ -16,7 +16,8 @@ from prefect import flow, get_run_logger
 from pydantic import BaseModel, ConfigDict, Field
 
 from dr_core.config import coevolve_preset
-from dr_core.store.artifacts import SEGMENT_PATTERN, default_store_url
+from dr_core.store.artifacts import SEGMENT_PATTERN, Store, default_store_url
+from dr_core.store.lease import run_lease
 from flows.coevolve import CoevolveParams, coevolve_flow
 from tasks import anchor_refresh as refresh_tasks
 
@@ -58,6 +59,13 @@ def anchor_refresh_flow(
         n_prompts=n_prompts,
         train=train,
     )
+    # one writer per run: a refresh that fires while the previous one (or a `dr coevolve` of the run) still runs
+    # fails at once, naming the holder (dr_core/store/lease.py), before it takes any file: the next run picks them up
+    with run_lease(Store.from_url(p.store), p.run_id, "anchor-refresh deployment"):
+        return _refresh(p)
+
+
+def _refresh(p: AnchorRefreshParams) -> dict:
     new = refresh_tasks.find_new(p.store, p.incoming)
     if not new:
         get_run_logger().info(f"no new anchor files under {p.incoming}")

@@ -11,11 +11,17 @@ from dr_core.config import EngineConfig, redact_url
 from dr_core.hashing import update_from_file
 from dr_core.model import is_bundled, model_identity
 
+#: Files of a checkpoint directory that record how it was made, not what it is: a run record (the trainer's
+#: result.json: timings, scratch paths) would give the same weights another identity when an update is re-done.
+_NOT_MODEL = frozenset({"result.json", "trainer_state.json", "training_args.bin"})
+
 
 @lru_cache(maxsize=64)
 def _dir_fingerprint(path: str) -> str:
     h = hashlib.sha256()
     for f in sorted(Path(path).iterdir()):
+        if f.name in _NOT_MODEL:
+            continue
         if f.is_file() and (f.suffix in {".json", ".safetensors", ".bin", ".model", ".txt", ".jinja"}):
             h.update(f.name.encode())
             with f.open("rb") as fh:
@@ -37,4 +43,9 @@ def model_id(cfg: EngineConfig) -> str:
         return f"{','.join(sorted(redact_url(u) for u in cfg.base_urls))}#{cfg.model}"
     if is_bundled(cfg.model):
         return model_identity(cfg.model)
-    return f"{Path(cfg.model).name}@{_dir_fingerprint(str(Path(cfg.model).expanduser().resolve()))}"
+    return dir_identity(cfg.model)
+
+
+def dir_identity(path: str | Path) -> str:
+    """A local checkpoint directory's identity: its name and a hash of its files (configs, weights, tokenizer)."""
+    return f"{Path(path).name}@{_dir_fingerprint(str(Path(path).expanduser().resolve()))}"

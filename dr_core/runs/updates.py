@@ -26,7 +26,7 @@ import shutil
 from pathlib import Path
 
 from dr_core.config import DEFAULT_MODEL, CoevolveConfig, EngineConfig
-from dr_core.engines.identity import model_id
+from dr_core.engines.identity import dir_identity, model_id
 from dr_core.engines.process import engine_for, keep_engines
 from dr_core.resources import return_freed_memory
 from dr_core.runs.refs import CheckpointRef, StepContext, UpdateRef, write_ref
@@ -52,6 +52,16 @@ def base_ref(cfg: EngineConfig) -> CheckpointRef:
     from dr_core.model import is_bundled
 
     return default_ref(cfg.model if cfg.kind == "vllm" and is_bundled(cfg.model) else DEFAULT_MODEL)
+
+
+def start_ref(path: str | Path) -> CheckpointRef:
+    """G(0) or P(0) from a local Hugging Face checkpoint directory (``dr coevolve --generator-start/--policy-start``):
+    uri = the resolved directory, identity = a hash of its files (so the cache keys see its content, not where it
+    is). Raises ValueError naming the path when it is not a checkpoint directory."""
+    p = Path(path).expanduser().resolve()
+    if not (p / "config.json").is_file():
+        raise ValueError(f"{path}: not a Hugging Face checkpoint directory (no config.json)")
+    return CheckpointRef(uri=str(p), fingerprint=dir_identity(p))
 
 
 def local_dir(store: Store, ref: CheckpointRef) -> Path:
