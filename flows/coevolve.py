@@ -133,6 +133,8 @@ def coevolve_round(
     rc = with_models(cfg.round, st, gen.uri, pol.uri)
     gen_steps = steps.at(stage="generator")
     sets = sample_step(gen_steps, rc, inputs, model_id(rc.engines.policy), f"r{t}/sample-P(t-1)")
+    # served from another run's cache, the sets are that run's file: this run's partition gets its own copy
+    sets = steps.run(round_tasks.adopt, f"r{t}/adopt-sample", gen_steps.ctx, {"samples": sets})["samples"]
     new_gen = steps.run(train.train_generator, f"r{t}/train-generator", gen_steps.ctx, cfg, inputs, sets, gen, verifier)
     new_pol = steps.run(
         train.train_policy,

@@ -214,6 +214,15 @@ def content_cache_key(context, parameters: dict[str, Any]) -> str:
     return content_key(context.task.name, parameters, context.task.fn.__module__)
 
 
+def run_cache_key(context, parameters: dict[str, Any]) -> str:
+    """Prefect ``cache_key_fn`` of a step whose outputs belong to its run: ``content_key`` plus the run id (of the
+    ``ctx`` parameter). A GRPO update registers its checkpoint and writes its rollout rows in the run's partition,
+    and later rounds and the anchor refresh find them there (``checkpoints.latest``), so another run id never takes
+    an update over from the cache: it trains its own. A re-run of the same run id (a resume) still hits."""
+    ctx = parameters["ctx"]
+    return content_key(context.task.name, {**parameters, "owner_run": ctx.run_id}, context.task.fn.__module__)
+
+
 def is_transient(exc: BaseException) -> bool:
     """True for failures worth retrying: anything that is not bad input (engine crash, OOM, network, S3)."""
     if isinstance(exc, (MemoryError, ConnectionError, TimeoutError)):

@@ -4,11 +4,15 @@
 A checkpoint reference is ``CheckpointRef`` ``{uri, fingerprint}``: ``uri`` is where it lives (``default`` for the
 prepared default model), ``fingerprint`` its identity (``tasks.runtime.model_id``), which is what the cache key sees.
 So a re-run of a finished round does no training, and a failed training resumes from TRL's last checkpoint in the
-same scratch directory (``<cache>/train/<role>/<content key>``) when Prefect retries it or the user re-runs.
+same scratch directory (``<cache>/train/<role>/<store and run key>-<content key>``) when Prefect retries it or the
+user re-runs. The scratch directory belongs to one store and one run id: two runs (or two stores) doing the same
+update at the same time never share TRL's working files.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 
 from prefect import task
@@ -19,13 +23,13 @@ from dr_core.runs import updates
 from dr_core.runs.refs import ArtifactRef, CheckpointRef, RoundInputs, StepContext, UpdateRef
 from dr_core.runs.updates import base_ref, default_ref, local_dir
 from dr_core.store.artifacts import Store
-from tasks.options import content_cache_key, content_key, retry_on_transient
+from tasks.options import content_key, retry_on_transient, run_cache_key
 from tasks.runtime import read_rows
 
 __all__ = ["base_ref", "default_ref", "local_dir", "train_generator", "train_policy"]
 
 TRAIN_STEP = dict(
-    cache_key_fn=content_cache_key,
+    cache_key_fn=run_cache_key,
     persist_result=True,
     retries=1,
     retry_delay_seconds=[10],
@@ -34,10 +38,13 @@ TRAIN_STEP = dict(
 )
 
 
-def _scratch(role: str, inputs: dict) -> Path:
-    """TRL's working directory for one update, named by the update's content key: the same inputs resume there after
-    a crash; any other inputs (another config or parent) never reuse its checkpoints."""
-    return cache_dir() / "train" / role / content_key(f"train-{role}", inputs, __name__)[:20]
+def _scratch(ctx: StepContext, role: str, inputs: dict) -> Path:
+    """TRL's working directory for one update: ``<cache>/train/<role>/<run>-<content>``, ``<run>`` the first 12 hex of
+    a SHA-256 of the store URL and the run id, ``<content>`` the first 20 of the update's content key. The same
+    store, run and inputs resume there after a crash; any other inputs (another config or parent) never reuse its
+    checkpoints, and another run or store doing the same update at the same time works in a directory of its own."""
+    run = hashlib.sha256(json.dumps([ctx.store, ctx.run_id]).encode()).hexdigest()[:12]
+    return cache_dir() / "train" / role / f"{run}-{content_key(f'train-{role}', inputs, __name__)[:20]}"
 
 
 @task(name="train-generator", **TRAIN_STEP)
@@ -53,6 +60,7 @@ def train_generator(
     s = Store.from_url(ctx.store)
     rows = (read_rows(s, inputs.prompts), read_rows(s, samples), read_rows(s, inputs.anchors))
     scratch = _scratch(
+        ctx,
         "generator",
         dict(
             cfg=cfg, prompts=inputs.prompts, samples=samples, anchors=inputs.anchors, base=base, verifier=verifier_model
@@ -73,6 +81,6 @@ def train_policy(
     """P(t-1) -> P(t) with rewards from the fixed G(t) and the frozen verifier (Eq. 12 scores, Eq. 21)."""
     s = Store.from_url(ctx.store)
     scratch = _scratch(
-        "policy", dict(cfg=cfg, prompts=prompts, base=base, generator=generator, verifier=verifier_model)
+        ctx, "policy", dict(cfg=cfg, prompts=prompts, base=base, generator=generator, verifier=verifier_model)
     )
     return updates.train_policy(ctx, cfg, read_rows(s, prompts), base, generator, verifier_model, scratch)

@@ -17,10 +17,13 @@ written first, and only then are they renamed, so a failure leaves none of the n
 
 ``write_json_atomic`` / ``write_jsonl_atomic``: one JSON document / JSON Lines records (strict JSON: ``json_text``).
 
-``publish_dir(staged, target)``: the directory counterpart. A directory built in full beside ``target`` (a
-``<name>.partial`` or temp directory in the same parent) takes ``target``'s place in one rename; an old
-``target`` is removed first, and the parent directory is fsynced. A crash leaves the staged directory, never a
-half-filled ``target``.
+``publish_dir(staged, target, keep=None)``: the directory counterpart. A directory built in full beside ``target``
+(a temp directory of its own in the same parent, unique to its writer) takes ``target``'s place in one rename, and the
+parent directory is fsynced. An old ``target`` is swapped out in one ``renameat2(RENAME_EXCHANGE)`` (where the kernel
+and filesystem lack it: renamed aside to a unique name first, so ``target`` is briefly absent), then removed: a
+reader sees the old directory or the new one, never a partial one, and two processes publishing the same target at
+once each end with a whole one. ``keep(target)`` true (a complete copy of the same content published meanwhile by
+another process) discards ``staged`` instead. A crash leaves the staged directory, never a half-filled ``target``.
 
 ``check_output_path(path)`` refuses, before any work, a path that is a directory, lies under a regular file, or
 whose directory cannot be created or written.
@@ -202,17 +205,73 @@ def write_atomic(path: str | Path, payload: bytes | str, fault: str | None = Non
     write_all_atomic([(path, payload)], fault)
 
 
-def publish_dir(staged: str | Path, target: str | Path) -> Path:
-    """Make the finished directory ``staged`` (built beside ``target``, or in a temp directory beside it: the same
-    filesystem, so the rename is atomic) appear as ``target``: an old ``target`` is removed, then ``staged`` is renamed
-    onto it and the parent
-    directory fsynced. Returns ``target`` as a Path."""
+def publish_dir(staged: str | Path, target: str | Path, keep=None) -> Path:
+    """Make the finished directory ``staged`` (built in a directory of its own beside ``target``: the same filesystem,
+    so the rename is atomic) appear as ``target``, then fsync the parent directory. An existing ``target`` is replaced
+    without a moment where a partial directory stands there: exchanged with ``staged`` in one rename (then removed),
+    or where that is unsupported renamed aside first. ``keep``: a predicate on an existing ``target`` (e.g. "holds the
+    completion marker of this very content"); when it holds, ``staged`` is removed and ``target`` kept. Safe when
+    several processes publish the same ``target`` at once. Returns ``target`` as a Path."""
     staged, target = Path(staged), Path(target)
-    if target.exists():  # a finished old copy or a leftover: os.replace cannot replace a non-empty directory
-        shutil.rmtree(target)
-    os.replace(staged, target)
+    for _ in range(1000):  # each pass loses only to another publisher's rename; they cannot keep winning
+        if keep is not None and target.exists() and keep(target):
+            shutil.rmtree(staged, ignore_errors=True)
+            return target
+        try:
+            os.rename(staged, target)  # no target (or an empty one): the plain case
+            break
+        except OSError as exc:
+            if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                raise
+        # a non-empty target: a finished old copy, a leftover, or another process's copy published meanwhile
+        swapped = _exchange_dirs(staged, target)
+        if swapped is None:  # the target vanished meanwhile (another publisher's move): try again
+            continue
+        if swapped:  # staged now holds the old directory
+            shutil.rmtree(staged, ignore_errors=True)
+            break
+        aside = target.with_name(f"{staged.name}.old")  # unique: staged's name is
+        try:
+            os.rename(target, aside)
+        except FileNotFoundError:
+            continue
+        try:
+            os.rename(staged, target)
+        except OSError as exc:
+            shutil.rmtree(aside, ignore_errors=True)
+            if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                raise
+            continue  # another publisher's copy took the place first
+        shutil.rmtree(aside, ignore_errors=True)
+        break
+    else:
+        raise OSError(errno.EBUSY, f"could not publish {staged} as {target}: other writers kept replacing it")
     _fsync_dir(str(target.parent))
     return target
+
+
+#: renameat2(2)'s flag that swaps two paths atomically (Linux 3.15+, ext4/xfs/btrfs/tmpfs; glibc 2.28+)
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def _exchange_dirs(a: Path, b: Path) -> bool | None:
+    """Swap the directories ``a`` and ``b`` in one atomic rename: True when done, False when the system cannot
+    (no renameat2, or a filesystem without RENAME_EXCHANGE), None when one of them does not exist."""
+    import ctypes
+
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):
+        return False
+    if fn(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err == errno.ENOENT:
+        return None
+    if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EPERM):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
 
 
 def json_safe(obj):
