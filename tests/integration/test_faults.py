@@ -263,6 +263,30 @@ def test_sigkill_then_rerun_loses_and_duplicates_nothing(ctx, reference, case, f
     assert temp_files(store) == []  # the dead writer's temp file was swept
 
 
+def test_a_part_lost_behind_its_cache_record_is_run_again_with_a_warning(ctx, reference, case):
+    """A store that lost a write its Prefect cache record still points at (a part deleted by hand; an S3 server
+    whose host crashed before it synced): the re-run finds the part missing, says so naming it, runs that step
+    again (its record replaced) and ends with the reference's rows; the steps whose parts are there stay cached."""
+    store, out = case / "store", case / "result.json"
+    rc, log, _ = dr_round(ctx, str(store), out)
+    assert rc == 0, log[-4000:]
+    lost = store / _part("samples")
+    lost.unlink()
+    rc, log, _ = dr_round(ctx, str(store), out)
+    assert rc == 0, log[-4000:]
+    steps = _result(out)["steps"]
+    # one shard: the shard's part is the step's file; the shard runs again and writes the same bytes, so the
+    # merge's record is whole again and is served
+    assert steps["sample/shard-0"]["state"] == "Completed", steps
+    assert steps["sample"]["state"] == "Cached", steps
+    assert steps["select-inputs"]["state"] == "Cached" and steps["verify"]["state"] == "Cached", steps
+    assert "its cached result points at data the store lost" in log and lost.name in log, log[-3000:]
+    assert_same_rows(snapshot(str(store)), reference["rows"])
+    rc, log, _ = dr_round(ctx, str(store), out)  # the replaced record: a third run is served whole, no warning
+    assert rc == 0 and "store lost" not in log, log[-3000:]
+    assert _result(out)["steps"]["sample"]["state"] == "Cached"
+
+
 # ------------------------------------------------------------------------------------------------ disk full
 
 
@@ -418,6 +442,27 @@ def _kill(weed) -> None:
     weed.stop()  # removes its gRPC sockets
 
 
+def _weed_s3(weed):
+    """The store's S3 options for ``weed`` (the fixture's keys)."""
+    from dr_core.store.artifacts import S3Options
+    from tests.support import fixtures_s3
+
+    return S3Options(
+        endpoint_url=weed.endpoint_url,
+        region=fixtures_s3.REGION,
+        key=fixtures_s3.ACCESS_KEY,
+        secret=fixtures_s3.SECRET_KEY,
+    )
+
+
+def _object_hashes(weed, prefix: str) -> dict[str, str]:
+    """SHA-256 of every object under ``prefix`` (``bucket/key-prefix``) on ``weed``, by key."""
+    import hashlib
+
+    fs = _weed_s3(weed).filesystem()  # no listing cache
+    return {key: hashlib.sha256(fs.cat_file(key)).hexdigest() for key in sorted(fs.find(prefix))}
+
+
 def _start_weed(fixtures_s3, workdir: Path, ports: dict[str, int] | None = None):
     """A dedicated ``weed server -s3`` (tests/support/fixtures_s3.py) with a short raft election timeout (a restarted
     single master otherwise waits 10 s for an election), on ``ports`` when given (a restart keeps its endpoint)."""
@@ -429,8 +474,13 @@ def _start_weed(fixtures_s3, workdir: Path, ports: dict[str, int] | None = None)
 def test_s3_server_stopped_mid_round_then_restarted(ctx, reference, case):
     """A dedicated SeaweedFS: the run pauses inside verify (``pause@verify``), the server is killed there, the run
     goes on and must fail with an error naming the endpoint, not hang; the server restarts on the same data
-    directory and ports, and the re-run completes with the reference's rows."""
-    from dr_core.store.artifacts import S3Options
+    directory and ports, and the re-run completes with the reference's rows.
+
+    Deterministic: a SIGKILL of ``weed server`` loses no acknowledged write (tests/support/fixtures_s3.py,
+    "Durability"), so every object of the store that the server acknowledged before the kill (parts and Prefect
+    cache records) is back after the restart with the same bytes, checked object by object, and the re-run serves
+    every step before verify from the cache ("Cached"); verify and the steps after it, which never finished, run
+    ("Completed")."""
     from tests.support import fixtures_s3
 
     weed = _start_weed(fixtures_s3, case / "weed")
@@ -466,6 +516,8 @@ def test_s3_server_stopped_mid_round_then_restarted(ctx, reference, case):
                 proc=proc,
                 log=log,
             )
+            # the run is paused: nothing is in flight; every object written so far was acknowledged by the server
+            before = _object_hashes(weed, store.removeprefix("s3://"))
             _kill(weed)
             (fault_dir / "verify.continue").write_text("")
             stopped = time.monotonic()
@@ -483,21 +535,23 @@ def test_s3_server_stopped_mid_round_then_restarted(ctx, reference, case):
         print(f"S3 down: the run failed {failed_after:.1f} s after the server stopped")
 
         weed = _start_weed(fixtures_s3, case / "weed", ports=weed.ports)  # same data, same endpoint
+        after = _object_hashes(weed, store.removeprefix("s3://"))
+        cache_records = [k for k in before if "/_prefect/results/" in k]
+        assert cache_records and [k for k in before if k.endswith(".parquet")], sorted(before)
+        lost = {k: "missing" if k not in after else "changed" for k in before if after.get(k) != before[k]}
+        assert lost == {}, f"the SIGKILL lost acknowledged writes ({len(lost)} of {len(before)} objects): {lost}"
+        print(f"S3 restarted: {len(before)} objects ({len(cache_records)} cache records) back with the same bytes")
+
         rc, text, _ = _run(cmd, ctx.env(case / "cache", **weed.env), 240, case / "rerun.log")
         assert rc == 0, text[-4000:]
-        steps = _result(out)["steps"]
-        # verify never finished, so it ran again; the steps before it are Cached when the server kept their cache
-        # records, Completed when its crash lost its latest writes (SIGKILL of SeaweedFS can): either way no row is
-        # lost or doubled (the comparison below)
-        assert steps["verify"]["state"] == "Completed", steps
-        assert all(v["state"] in ("Cached", "Completed") for v in steps.values()), steps
-        s3 = S3Options(
-            endpoint_url=weed.endpoint_url,
-            region=fixtures_s3.REGION,
-            key=fixtures_s3.ACCESS_KEY,
-            secret=fixtures_s3.SECRET_KEY,
-        )
-        assert_same_rows(snapshot(store, s3=s3), reference["rows"])
+        states = {name: v["state"] for name, v in _result(out)["steps"].items()}
+        # nothing was lost, so the steps that finished before the kill come from the cache, every time; verify never
+        # finished and the steps after it never started: they run. No row is lost or doubled (the comparison below)
+        finished = ("select-inputs", "sample", "generate-rubrics")
+        expected = {name: "Cached" if name.split("/")[0] in finished else "Completed" for name in states}
+        assert states == expected, states
+        assert {"verify", "verify/shard-0"} <= set(states), states
+        assert_same_rows(snapshot(store, s3=_weed_s3(weed)), reference["rows"])
     finally:
         _kill(weed)
 

