@@ -93,7 +93,8 @@ def serve(
 
 def _after_checks(models: str):
     """The service's ``log``, saying ``models`` (its models line) before its first line: the service logs nothing
-    before its token, store and port are checked, so a bad start-up input stays one error line."""
+    before its token, store and port are checked, so a bad start-up input stays one error line (except the
+    ``--insecure-no-token`` warning on a network address, said first on every start)."""
     pending = [models]
 
     def said(message: str) -> None:

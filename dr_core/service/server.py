@@ -113,6 +113,8 @@ def serve(
     the engines closed), 2 when the engines fail to start. ServeError, before anything starts, for a start-up input
     that cannot work (``check_exposure``, the token file, the store, the port)."""
     warning = check_exposure(host, token_file, insecure_no_token)
+    if warning:  # first, on every start: before any other check can fail
+        log(warning)
     import uvicorn
 
     from dr_core.engines.pool import EnginePool
@@ -142,8 +144,6 @@ def serve(
     server = uvicorn.Server(uv)
     service.on_failure = lambda: setattr(server, "should_exit", True)
     logging.getLogger("uvicorn.error").setLevel(logging.WARNING)
-    if warning:
-        log(warning)
     log(
         f"serving on http://{host}:{port} (store {store.url}, run id {settings.run_id!r}"
         f"{', bearer token required' if token else ''}); loading the engines, GET /ready says when they are up"

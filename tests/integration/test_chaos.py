@@ -5,7 +5,8 @@ tests/support/chaos.py): a two-round ``dr coevolve`` on scripted engines, G(0) =
   it finished) shows the crash-proof step log: the killed execution's finished steps are in the ``steps`` table,
   its verify is Running, the resume marks it Interrupted, serves the finished steps from the cache and completes
   verify.
-- A kill at a moment drawn from a seeded generator, and a second one in the resumed execution, as the campaign does.
+- A kill at a moment drawn from a seeded generator, and a second one in the resumed execution, as the campaign does
+  (in 5 of its 30 runs).
 
 After each resume every table equals the uninterrupted run's (0 rows lost, 0 duplicated), and no temp file is left.
 Whatever moment the random kills strike, these must hold; which step they interrupt is only reported.
@@ -72,8 +73,8 @@ def test_a_kill_inside_a_step_leaves_a_step_log_the_resume_completes(chaos):
 
 
 def test_random_kills_lose_duplicate_and_leave_nothing(chaos):
-    twice, once = draw_kills(seed=7, n_runs=2, twice=1, run_seconds=chaos.reference["seconds"])
-    for name, kills in (("once", once), ("twice", twice)):
-        case = chaos.run_case(name, kills)
-        print(name, kills, case.outcome)
-        _assert_clean(case.outcome)
+    [kills] = draw_kills(seed=7, n_runs=1, twice=1, run_seconds=chaos.reference["seconds"])
+    assert len(kills) == 2  # the run, then its resumed execution
+    case = chaos.run_case("twice", kills)
+    print("kills at", kills, "->", case.outcome)
+    _assert_clean(case.outcome)
