@@ -10,6 +10,7 @@ The points (name, qualifiers, where):
   and before its rows are returned to the task that writes them (so inside the Prefect step, before its store write);
 - ``grpo-step``: ``dr_core.train.trainer``, a trainer callback at the end of every optimiser step, before that step's
   checkpoint is saved (between two checkpoints);
+- ``grpo-final``: ``dr_core.train.grpo``, after the last step's checkpoint, before the final model is saved;
 - ``serve-batch``: ``dr_core.service.batcher``, after a reward-service batch is scored and before it is written;
 - ``store-write`` (qualifiers: the table, e.g. ``store-write:verdicts``, and the part name, e.g.
   ``store-write:measure-verdicts``): ``dr_core.store.atomic._write_temp`` for the store's part files, half-way through

@@ -45,6 +45,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
+from dr_core import faults
 from dr_core.config.training import GRPOSettings
 from dr_core.engines.base import Engine
 from dr_core.evaluator.generate import shuffled_order
@@ -211,8 +212,15 @@ def _train(
     try:
         trainer = build_trainer(model, reward, args, dataset_rows, tokenizer, peft_config, settings, rollouts)
         train_start = time.perf_counter()
-        trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+        if checkpoint is not None and 0 < settings.max_steps <= resumed_step and settings.deepspeed is None:
+            # killed after the last step's checkpoint, before the final model: that checkpoint is the trained model.
+            # train() would still start one more step from it (rollouts and rewards past max_steps, and an update
+            # whenever its groups have a reward spread), so load it instead of training
+            _load_finished_checkpoint(trainer, checkpoint)
+        else:
+            trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
         train_seconds = time.perf_counter() - train_start
+        faults.fault_point("grpo-final")  # DR_FAULT hook: after the last checkpoint, before the final model
     finally:
         if rollouts is not None:
             rollouts.close()  # free the engine (its model and KV cache) before the save
@@ -235,6 +243,15 @@ def _train(
     )
     publish(trainer, tokenizer, result, settings, out_dir)
     return result
+
+
+def _load_finished_checkpoint(trainer, checkpoint: Path) -> None:
+    """The trainer as ``train()`` would have left it at ``checkpoint``: its weights (a LoRA adapter or the whole
+    model) and its state (global step, log history)."""
+    from transformers.trainer_callback import TrainerState
+
+    trainer._load_from_checkpoint(str(checkpoint))
+    trainer.state = TrainerState.load_from_json(str(checkpoint / "trainer_state.json"))
 
 
 def _rollout_func(base_checkpoint: str | Path, dataset_rows: list[dict], tokenizer, settings: GRPOSettings):

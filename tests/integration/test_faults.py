@@ -559,7 +559,7 @@ def test_s3_server_stopped_mid_round_then_restarted(ctx, reference, case):
 # ------------------------------------------------------------------------------------------------ GRPO
 
 
-def _grpo_driver(store: str, engines: str, tiny: str, out: str) -> None:
+def _grpo_driver(store: str, engines: str, tiny: str, out: str, steps: str = "3", batch: str = "4") -> None:
     """One policy update P(0) -> P(1) through the real task body (tasks/train.py::train_policy): the tiny Llama as
     P(0) and G(1) (G(1)'s engine is the scripted server anyway), 3 prompts, K=2, 3 GRPO steps, a checkpoint after
     every step. Writes the task's result to ``out``."""
@@ -583,8 +583,8 @@ def _grpo_driver(store: str, engines: str, tiny: str, out: str) -> None:
         round={"k": 2, "n_prompts": 3, "engines": load_engines_config(engines).model_dump()},
         policy={
             "num_generations": 2,
-            "per_device_train_batch_size": 4,
-            "max_steps": GRPO_STEPS,
+            "per_device_train_batch_size": int(batch),
+            "max_steps": int(steps),
             "save_steps": 1,
             "max_completion_length": 8,
             "learning_rate": 5e-2,
@@ -602,7 +602,7 @@ def _grpo_driver(store: str, engines: str, tiny: str, out: str) -> None:
 GRPO_STEPS = 3
 
 
-def _grpo(ctx: Ctx, d: Path, tiny: Path, fault: str | None = None) -> tuple[int, str]:
+def _grpo(ctx: Ctx, d: Path, tiny: Path, fault: str | None = None, steps: int = GRPO_STEPS, batch: int = 4):
     d.mkdir(parents=True, exist_ok=True)
     cmd = [
         sys.executable,
@@ -613,6 +613,8 @@ def _grpo(ctx: Ctx, d: Path, tiny: Path, fault: str | None = None) -> tuple[int,
         str(ctx.engines),
         str(tiny),
         str(d / "result.json"),
+        str(steps),
+        str(batch),
     ]
     env = ctx.env(d / "cache", **({"DR_FAULT": fault} if fault else {}))
     rc, text, _ = _run(cmd, env, 300, d / f"grpo{'-killed' if fault else ''}.log")
@@ -662,13 +664,25 @@ def assert_same_rollout_rows(store: dict, reference: dict, k: int, steps_before_
         assert rows[t] == ref[t] and len(rows[t]) >= 1, t
 
 
-def test_sigkill_between_grpo_checkpoints_resumes_from_the_last_one(ctx, case, tiny_llama_dir):
-    """Killed at the end of GRPO step 2 (checkpoint-1 saved, checkpoint-2 not yet), the update resumes from
-    checkpoint-1, ends with all 3 steps, and writes exactly the rollout rows of an uninterrupted update."""
-    ref = case / "reference"
+@pytest.fixture(scope="module")
+def grpo_reference(ctx, tiny_llama_dir) -> dict:
+    """An uninterrupted policy update (3 GRPO steps): its store's rows and its checkpoint's weights."""
+    ref = ctx.root / "grpo-reference"
     rc, text = _grpo(ctx, ref, tiny_llama_dir)
     assert rc == 0, text[-4000:]
-    expected = snapshot(str(ref / "store"))
+    return {"rows": snapshot(str(ref / "store")), "weights": _weights(ref / "store")}
+
+
+def _weights(store: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256((store / "models/run_id=grpo/round=1/policy/model.safetensors").read_bytes()).hexdigest()
+
+
+def test_sigkill_between_grpo_checkpoints_resumes_from_the_last_one(ctx, case, tiny_llama_dir, grpo_reference):
+    """Killed at the end of GRPO step 2 (checkpoint-1 saved, checkpoint-2 not yet), the update resumes from
+    checkpoint-1, ends with all 3 steps, and writes exactly the rollout rows of an uninterrupted update."""
+    expected = grpo_reference["rows"]
 
     d = case / "killed"
     rc, text = _grpo(ctx, d, tiny_llama_dir, fault="kill@grpo-step#2")
@@ -690,6 +704,35 @@ def test_sigkill_between_grpo_checkpoints_resumes_from_the_last_one(ctx, case, t
     assert_same_rollout_rows(snapshot(str(d / "store")), expected, k=2, steps_before_checkpoint=1)
     assert not scratch.exists()  # the update is registered: its scratch directory is gone
     assert temp_files(d / "store") == []
+
+
+def test_sigkill_after_the_last_grpo_checkpoint_trains_no_step_more(ctx, case, tiny_llama_dir):
+    """One GRPO step of one group (3 prompts, K=2, a batch of 2: three steps' worth of prompts per epoch), killed
+    after that step's checkpoint and before the final model: the resumed update takes the checkpoint as its result.
+    Resuming the trainer there would begin a step past max_steps (the next batch of the epoch: rollouts, rewards,
+    and an update whenever a group has a reward spread); the random-kill campaign found it as 20 duplicated rows.
+    The resumed store holds exactly the uninterrupted update's rows and its weights, byte for byte."""
+    ref = case / "reference"
+    rc, text = _grpo(ctx, ref, tiny_llama_dir, steps=1, batch=2)
+    assert rc == 0, text[-4000:]
+    d = case / "killed"
+    rc, text = _grpo(ctx, d, tiny_llama_dir, fault="kill@grpo-final", steps=1, batch=2)
+    assert rc == -signal.SIGKILL, f"expected death by SIGKILL, got {rc}:\n{text[-3000:]}"
+    (scratch,) = (d / "cache" / "train" / "policy").iterdir()
+    from dr_core.train.grpo import last_checkpoint
+
+    assert last_checkpoint(scratch / "checkpoints").name == "checkpoint-1"
+    assert not (scratch / "final").exists()
+
+    rc, text = _grpo(ctx, d, tiny_llama_dir, steps=1, batch=2)
+    assert rc == 0, text[-4000:]
+    result = _result(d / "result.json")
+    assert result["steps"] == 1 and result["resumed_from"].endswith("checkpoint-1")
+    assert [h["step"] for h in result["history"]] == [0]
+    rows, expected = snapshot(str(d / "store")), snapshot(str(ref / "store"))
+    assert {t: len(v) for t, v in rows.items()} == {t: len(v) for t, v in expected.items()}
+    assert_same_rollout_rows(rows, expected, k=2, steps_before_checkpoint=1)
+    assert _weights(d / "store") == _weights(ref / "store")
 
 
 # ------------------------------------------------------------------------------------------------ secrets
@@ -790,4 +833,4 @@ if (
     __name__ == "__main__"
 ):  # the GRPO driver, run as a subprocess: python -m tests.integration.test_faults grpo STORE ...
     if sys.argv[1:2] == ["grpo"]:
-        _grpo_driver(*sys.argv[2:6])
+        _grpo_driver(*sys.argv[2:8])
