@@ -27,6 +27,7 @@ identity, ``dr_core.engines.identity.dir_identity``, is the same from either sto
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import fcntl
 import hashlib
@@ -70,8 +71,8 @@ def save(store: Store, local_dir: str | Path, run_id: str, round_no: int, role: 
             publish_dir(tmp, dest)
         return uri
     marker = f"{dest}/{COMPLETE_MARKER}"
-    if store.fs.exists(marker):  # saved before: readers see it incomplete while it is replaced, never a mix
-        store.fs.rm_file(marker)
+    with contextlib.suppress(FileNotFoundError):  # saved before: readers see it incomplete while it is replaced
+        store.fs.rm_file(marker)  # (no exists() first: a concurrent save of the same checkpoint may remove it too)
     for f in sorted(p for p in src.rglob("*") if p.is_file() and p.name != COMPLETE_MARKER):
         store.fs.put_file(str(f), f"{dest}/{f.relative_to(src).as_posix()}")
     store.fs.pipe_file(marker, stamp)
