@@ -366,6 +366,13 @@ def _iter_objects(path: Path) -> Iterator[_Line]:
             yield _Line(path, lineno, parse_line(path, lineno, raw))
 
 
+def iter_lines(path: str | Path) -> Iterator[tuple[int, dict]]:
+    """(1-based line number, object) of every non-blank line of a JSONL file, each checked as ``parse_line`` checks
+    it (DataError naming the line otherwise): for readers of formats defined elsewhere (dr_core/ifeval/checks.py)."""
+    for ln in _iter_objects(Path(path)):
+        yield ln.lineno, ln.obj
+
+
 def load(path: str | Path, fmt: str, limit: int | None = None) -> list:
     """Load and validate a JSONL file of format ``fmt`` (one of FORMATS). ``limit`` keeps the first N rows but still
     validates the whole file, so a run never starts on a file that is bad further down. Duplicate ids are refused."""
