@@ -22,7 +22,7 @@ from __future__ import annotations
 import enum
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -280,6 +280,18 @@ def parse_rubric(text: str | None, *, recover: bool = False) -> Rubric | RubricE
     if isinstance(strict, Rubric) or not recover:
         return strict
     return _recover(text)
+
+
+def parse_free_rubric(text: str | None, truncated: bool = False) -> Rubric | RubricError:
+    """A rubric written without a grammar (a GRPO rollout, or the 'lines' format), every complete item kept
+    (``recover`` mode). ``truncated``: the text was cut by the token limit, so its last line stops mid-criterion and is
+    not an item, though it would still match the ``[w] criterion`` shape; it is counted in ``dropped``. (A cut JSON
+    item is never recovered anyway.)"""
+    if text is None or not truncated or text.endswith("\n"):
+        return parse_rubric(text, recover=True)
+    whole, _, cut = text.rpartition("\n")
+    parsed = parse_rubric(whole, recover=True)
+    return replace(parsed, dropped=parsed.dropped + (1 if cut.strip() else 0))
 
 
 def format_rubric_lines(rubric: Rubric) -> str:

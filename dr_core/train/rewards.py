@@ -20,17 +20,24 @@ normalises the sum over the whole batch.
 
 Rollouts that do not give a rubric: TRL generation is not grammar-constrained, so every rollout is parsed with
 ``parse_rubric(text, recover=True)`` (every complete item of JSON, truncated JSON, or ``[w] criterion`` lines is
-kept; a rollout cut at ``max_completion_length`` is scored from its complete items and counted as truncated). A
-rollout with no usable item, or whose verdicts are incomplete (a verifier answer that is not yes/no), gets the
-floor rewards R_disc = 0 (its minimum) and R_anchor = the value of a rubric that separates nothing (all n anchor
-scores equal: ``anchor_reward([0] * n)`` = sum of log(1/2) weights). They are counted per reward call in the
-history (``unparseable``, ``unscorable_verdicts``) and recorded with their ``error``.
+kept). A rollout cut at ``max_completion_length`` is scored from its complete items only: its last line, cut
+mid-criterion, is not an item (``parse_rollout(text, truncated=True)``), and it is counted as truncated. A rollout
+with no usable item, or whose verdicts are incomplete (a verifier answer that is not yes/no), gets the lowest reward
+of its group: its R_disc and its R_anchor are each the lowest of the group's scorable rollouts
+(``group_floor_rewards``), so after Eq. 24-25 its advantage is at most every scorable rollout's, and a rubric that
+misorders the anchors is never beaten by one that failed to parse. (The old floor, R_disc 0 and R_anchor at the
+all-tie value ``anchor_all_tie(n)``, beat every rubric whose scores reverse the anchors: R_anchor runs from
+``anchor_minimum(n)``, about -2.32 for 3 anchors, up to 0, and the all-tie value, -1.386 for 3, is in between.) A
+group with no scorable rollout gets 0 everywhere, which is no gradient. They are counted per reward call in the
+history (``unparseable``, ``unscorable_verdicts``) and recorded with their ``error`` and ``scorable`` False.
 
 Policy update (``PolicyReward``): for each group of K completions the FIXED generator G(t) (an ``Engine``) writes one
-rubric over the K completions (``prompts.dynamic_generator_messages``, structured JSON by
-``prompts.GENERATOR_JSON_SCHEMA``, parsed by ``evaluator.generate_rubrics``: strict JSON, keeping the usable items of
-a complete output), the frozen verifier checks it on each completion, and the reward is the completion's Eq. 12
-score. Advantages are TRL's default Eq. 21 (``scale_rewards="group"``). An unscorable rollout (the rubric failed, or
+rubric over the K completions (``prompts.dynamic_generator_messages``, generated and parsed by
+``evaluator.generate_rubrics``), the frozen verifier checks it on each completion, and the reward is the completion's
+Eq. 12 score. G(t) is asked in the format it was trained in (``GRPOSettings.rubric_format``, the generator's: ``dr
+coevolve`` copies it into the policy's settings): by default the primed 'lines' prompt of its GRPO rollouts
+(``generate_rubrics(rubric_format="lines")``), never the grammar-constrained JSON it never saw in training. Advantages
+are TRL's default Eq. 21 (``scale_rewards="group"``). An unscorable rollout (the rubric failed, or
 one of its verdicts is missing) is counted, recorded with ``score`` None, and returned to TRL as None: TRL 1.16 turns
 it into NaN, leaves it out of the group's mean and std (nanmean/nanstd) and sets its advantage to 0 - the same as
 giving it the group mean of the scorable ones. If no rollout of a group is scorable, every advantage of the group
@@ -72,7 +79,7 @@ from dr_core.evaluator.generate import shuffled_order
 from dr_core.evaluator.items import EvalItem, GeneratedRubric
 from dr_core.evaluator.score import evaluate_sets, score_rubrics
 from dr_core.rubric import prompts
-from dr_core.rubric.schema import Rubric, RubricError, parse_rubric
+from dr_core.rubric.schema import Rubric, RubricError, parse_free_rubric
 from dr_core.scoring.equations import anchor_reward, combined_advantages
 from dr_core.train.rows import GeneratorRow, OnRollouts, PolicyRow
 
@@ -105,9 +112,22 @@ def check_whole_groups(group_ids: Sequence[int], group_size: int) -> list[int]:
     return blocks
 
 
-def anchor_floor(n: int) -> float:
-    """R_anchor of a rubric that separates nothing: every anchor score equal (Eq. 15 at S_i = S_j)."""
+def anchor_all_tie(n: int) -> float:
+    """R_anchor of a rubric that separates nothing: every one of the n anchor scores equal (Eq. 15 at S_i = S_j),
+    log(1/2) times the sum of the rank weights: -1.386 for 3 anchors. Not the minimum (``anchor_minimum``): a rubric
+    that ranks the anchors in reverse scores lower."""
     return anchor_reward([0.0] * n)
+
+
+def anchor_minimum(n: int) -> float:
+    """The lowest R_anchor of n anchors (Eq. 15 with Eq. 12 scores in [0, 1]): Eq. 15 is concave in the scores (a
+    positive sum of log-sigmoids of differences), so its minimum over the box [0, 1]^n is at a corner; every corner
+    is tried (n <= 16). About -2.32 for 3 anchors (scores 0, 1, 1, best first)."""
+    import itertools
+
+    if not 2 <= n <= 16:
+        raise ValueError(f"anchor_minimum takes 2..16 anchors, got {n}")
+    return min(anchor_reward(list(c)) for c in itertools.product((0.0, 1.0), repeat=n))
 
 
 def _completion_text(completion) -> str:
@@ -116,9 +136,10 @@ def _completion_text(completion) -> str:
     return "".join(m.get("content") or "" for m in completion)
 
 
-def parse_rollout(text: str) -> Rubric | RubricError:
-    """A GRPO rubric rollout (not grammar-constrained), every complete item kept."""
-    return parse_rubric(text, recover=True)
+def parse_rollout(text: str, truncated: bool = False) -> Rubric | RubricError:
+    """A GRPO rubric rollout (not grammar-constrained), every complete item kept; ``truncated``: cut by
+    ``max_completion_length``, so its last line is not an item (``schema.parse_free_rubric``)."""
+    return parse_free_rubric(text, truncated)
 
 
 def rollout_prefix(settings: GRPOSettings) -> str:
@@ -184,7 +205,7 @@ class GeneratorReward:
         items, gens = self._rubrics(texts, ids, blocks)
         with progress.activity("reward verdicts", "verdicts"):
             scored, _stats = score_rubrics(self.verifier, items, gens)
-        r_disc, r_anchor, scorable = _floored_rewards(items, scored)
+        r_disc, r_anchor, scorable = group_floor_rewards(scored, g)
         adv = combined_advantages(r_disc, r_anchor, g, self.settings.lam)
         records = [
             _generator_record(s, blocks[i // g], i % g, step, r_disc[i], r_anchor[i], scorable[i], adv[i])
@@ -202,7 +223,7 @@ class GeneratorReward:
         for i, text in enumerate(texts):
             row = self.rows[blocks[i // g]]
             truncated = self._truncated(ids[i])
-            parsed = parse_rollout(text)
+            parsed = parse_rollout(text, truncated)
             rubric = parsed if isinstance(parsed, Rubric) else UNSCORABLE
             error = None if rubric is not None else str(parsed.reason.value)
             items.append(EvalItem(row.prompt, tuple(row.candidates), tuple(row.anchors)))
@@ -244,14 +265,24 @@ class GeneratorReward:
         }
 
 
-def _floored_rewards(items: list[EvalItem], scored) -> tuple[list[float], list[float], list[bool]]:
-    """R_disc, R_anchor and scorable per rollout; an unscorable rollout gets the floor rewards."""
+def group_floor_rewards(scored, group_size: int) -> tuple[list[float], list[float], list[bool]]:
+    """R_disc, R_anchor and scorable per rollout (``scored``: one ``(ScoredRubric,)`` per rollout, in whole
+    consecutive groups of ``group_size``). An unscorable rollout gets the lowest R_disc and the lowest R_anchor of
+    its group's scorable rollouts; a group without any scorable rollout gets 0 for both (no gradient)."""
     r_disc, r_anchor, scorable = [], [], []
-    for item, (s,) in zip(items, scored):
+    for (s,) in scored:
         ok = s.r_disc is not UNSCORABLE and s.r_anchor is not UNSCORABLE
         scorable.append(ok)
-        r_disc.append(s.r_disc if ok else 0.0)
-        r_anchor.append(s.r_anchor if ok else anchor_floor(len(item.anchors)))
+        r_disc.append(float(s.r_disc) if ok else None)
+        r_anchor.append(float(s.r_anchor) if ok else None)
+    for start in range(0, len(scored), group_size):
+        block = range(start, start + group_size)
+        for values in (r_disc, r_anchor):
+            known = [values[i] for i in block if scorable[i]]
+            low = min(known) if known else 0.0
+            for i in block:
+                if not scorable[i]:
+                    values[i] = low
     return r_disc, r_anchor, scorable
 
 
@@ -332,6 +363,7 @@ class PolicyReward:
                 temperature=self.settings.rubric_temperature,
                 max_tokens=self.settings.rubric_max_tokens,
                 structured=True,
+                rubric_format=self.settings.rubric_format,
             )
         rewards, records = self._scores(blocks, ev.results, texts, step)
         entry = {

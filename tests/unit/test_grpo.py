@@ -7,10 +7,12 @@ Fakes stand in for the generator/verifier engines; the model is a tiny random Ll
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
+from dr_core.rubric import prompts
 from dr_core.rubric.schema import Rubric
 from dr_core.scoring.equations import (
     anchor_reward,
@@ -26,7 +28,8 @@ from dr_core.train.grpo import (
     GRPOSettings,
     PolicyReward,
     PolicyRow,
-    anchor_floor,
+    anchor_all_tie,
+    anchor_minimum,
     check_whole_groups,
 )
 from tests.support import fakes
@@ -66,12 +69,43 @@ def test_settings_refuse_batches_that_split_groups():
     GRPOSettings(num_generations=4, per_device_train_batch_size=2, gradient_accumulation_steps=2)
 
 
-def test_anchor_floor_is_the_no_separation_value():
-    assert anchor_floor(3) == pytest.approx(anchor_reward([0.7, 0.7, 0.7]))
-    assert anchor_floor(3) == pytest.approx(np.log(0.5) * (1 + 1 / 2 + 1 / 2))
+def test_anchor_all_tie_is_the_no_separation_value_and_not_the_minimum():
+    assert anchor_all_tie(3) == pytest.approx(anchor_reward([0.7, 0.7, 0.7]))
+    assert anchor_all_tie(3) == pytest.approx(np.log(0.5) * (1 + 1 / 2 + 1 / 2))  # -1.386
+    # the minimum: the best anchor scored 0, the other two 1 (about -2.32), below the all-tie value
+    assert anchor_minimum(3) == pytest.approx(anchor_reward([0.0, 1.0, 1.0]))
+    assert anchor_minimum(3) == pytest.approx(-2.3165, abs=1e-4) and anchor_minimum(3) < anchor_all_tie(3)
+    rng = np.random.default_rng(0)
+    for n in (2, 3, 5):  # no scores in [0, 1] go below it
+        worst = min(anchor_reward(list(rng.uniform(0, 1, n))) for _ in range(2000))
+        assert anchor_minimum(n) <= worst + 1e-12
 
 
-def test_generator_reward_is_eq_24_25_with_floor_for_unparseable():
+def test_an_unparseable_rollout_gets_its_groups_lowest_rewards():
+    def scored(r_disc, r_anchor):
+        return (SimpleNamespace(r_disc=r_disc, r_anchor=r_anchor),)
+
+    rows = [scored(0.2, -2.0), scored(None, None), scored(0.05, -0.5), scored(0.1, -1.0)]
+    rows += [scored(None, None), scored(None, None), scored(None, None), scored(None, None)]
+    r_disc, r_anchor, ok = grpo.group_floor_rewards(rows, 4)
+    assert ok == [True, False, True, True] + [False] * 4
+    assert r_disc[1] == 0.05 and r_anchor[1] == -2.0  # each the lowest of its group's scorable rollouts
+    adv = combined_advantages(r_disc, r_anchor, 4)
+    assert adv[1] <= min(adv[0], adv[2], adv[3])  # never above a rubric that misorders the anchors (r_anchor -2.0)
+    assert r_disc[4:] == [0.0] * 4 and r_anchor[4:] == [0.0] * 4 and not adv[4:].any()
+
+
+def test_a_cut_off_last_line_is_not_an_item():
+    text = "[3] The response names a city.\n[2] The response is short.\n[4] The response menti"
+    whole = grpo.parse_rollout(text)
+    cut = grpo.parse_rollout(text, truncated=True)
+    assert len(whole.items) == 3  # as a complete text, the cut line would be an item
+    assert cut.criteria == ["The response names a city.", "The response is short."] and cut.dropped == 1
+    assert grpo.parse_rollout(text + "\n", truncated=True).criteria == whole.criteria  # cut after a full line
+    assert not isinstance(grpo.parse_rollout("[3] The response is", truncated=True), Rubric)
+
+
+def test_generator_reward_is_eq_24_25_with_the_group_floor_for_unparseable():
     g = 4
     texts = [
         _rubric_json(("mentions apple", 3), ("is short", 1)),
@@ -96,21 +130,25 @@ def test_generator_reward_is_eq_24_25_with_floor_for_unparseable():
         row = GEN_ROWS[i // g]
         parsed = grpo.parse_rollout(t)
         if not isinstance(parsed, Rubric):
-            r_disc.append(0.0)
-            r_anchor.append(anchor_floor(len(row.anchors)))
+            r_disc.append(None)
+            r_anchor.append(None)
             continue
         vc = [[fakes.verdict_bit(c, y) for c in parsed.criteria] for y in row.candidates]
         va = [[fakes.verdict_bit(c, y) for c in parsed.criteria] for y in row.anchors]
         r_disc.append(discriminability_reward(parsed.weights, vc))
         r_anchor.append(anchor_reward(list(rubric_scores(parsed.weights, va))))
+    for values in (r_disc, r_anchor):  # an unparseable rollout: the lowest of its group's parsed ones
+        for b in range(0, 8, g):
+            low = min(v for v in values[b : b + g] if v is not None)
+            values[b : b + g] = [low if v is None else v for v in values[b : b + g]]
     expected = combined_advantages(r_disc, r_anchor, g, 1.0)
     np.testing.assert_allclose(out, expected, atol=1e-12)
     np.testing.assert_allclose(np.asarray(out).reshape(2, g).mean(axis=1), 0.0, atol=1e-12)
 
     assert [r["rollout"] for r in records] == [0, 1, 2, 3] * 2
     bad = records[1]
-    assert bad["items"] is None and bad["error"] and bad["r_disc"] == 0.0 and not bad["scorable"]
-    assert bad["r_anchor"] == pytest.approx(anchor_floor(3)) and bad["verdicts_C"] is None
+    assert bad["items"] is None and bad["error"] and not bad["scorable"] and bad["verdicts_C"] is None
+    assert bad["r_disc"] == min(r_disc[:4]) and bad["r_anchor"] == min(r_anchor[:4])
     good = records[0]
     assert good["items"] == [("mentions apple", 3), ("is short", 1)]
     assert np.asarray(good["verdicts_C"]).shape == (4, 2) and np.asarray(good["verdicts_anchor"]).shape == (3, 2)
@@ -144,7 +182,7 @@ def test_policy_reward_scores_eq_12_and_marks_unscorable_none():
     rows = [PolicyRow(0, "p0", "Name a fruit."), PolicyRow(1, "p1", "Say hi.")]
     rubric = _rubric_json(("mentions apple", 3), ("is short", 1))
     records = []
-    settings = GRPOSettings(num_generations=2, per_device_train_batch_size=4)
+    settings = GRPOSettings(num_generations=2, per_device_train_batch_size=4, rubric_format="json")
     reward = PolicyReward(rows, fake_engine(rubric), fake_engine(), settings, on_rollouts=records.extend)
     texts = ["apple", "pear", "hi", "hello"]
     out = reward(completions=texts, completion_ids=[[1]] * 4, group_id=[0, 0, 1, 1])
@@ -244,3 +282,24 @@ def test_lines_rollouts_are_parsed_with_their_primer():
     reward(prompts=[None] * 2, completions=comps, completion_ids=[[1, 2]] * 2, group_id=[0, 0])
     assert records[0]["items"] == [("The response greets the user.", 3), ("The response mentions apple.", 5)]
     assert records[1]["items"] == [("The response x", 3)]
+
+
+def test_policy_reward_asks_the_generator_in_the_format_it_was_trained_in():
+    """The generator trains on the primed 'lines' prompt (GeneratorReward), so the policy reward asks it the same
+    way: the lines prompt, the primer as the start of its answer, no grammar, the primer part of the parsed text."""
+    rows = [PolicyRow(0, "p0", "Name a fruit.")]
+    generator = fake_engine(" mentions apple.\n[1] The response is short.\n")
+    settings = GRPOSettings(num_generations=2, per_device_train_batch_size=2)  # rubric_format "lines", the default
+    records = []
+    reward = PolicyReward(rows, generator, fake_engine(), settings, on_rollouts=records.extend)
+    out = reward(completions=["apple", "pear"], completion_ids=[[1]] * 2, group_id=[0, 0])
+    (call,) = generator.calls
+    (conv,) = call.conversations
+    assert call.json_schema is None and conv[-1] == {"role": "assistant", "content": prompts.LINES_ROLLOUT_PREFIX}
+    shown = [
+        prompts.dynamic_generator_messages("Name a fruit.", c, answer="lines")
+        for c in (["apple", "pear"], ["pear", "apple"])
+    ]
+    assert conv[:-1] in shown  # the lines prompt, in the seeded order
+    assert records[0]["rubric_items"] == [("The response mentions apple.", 3), ("The response is short.", 1)]
+    assert records[0]["rubric_text"].startswith(prompts.LINES_ROLLOUT_PREFIX) and None not in out
