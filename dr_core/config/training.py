@@ -58,7 +58,8 @@ class GRPOSettings(BaseModel):
         "built (dr_core/config/numerics.py): True on a CUDA machine or a CPU with bf16 instructions (avx512_bf16, "
         "amx_bf16: "
         "a forward plus backward pass measured 1.76x faster there), False on any other CPU (bf16 emulated: 3-8x "
-        "slower). The rollout engine (rollouts='vllm') runs in bf16 exactly when this is True.",
+        "slower). The rollout engine (rollouts='vllm') runs in float32 either way (dr_core/train/rollouts.py: a "
+        "bf16 engine rounds a small update away).",
     )
     gradient_checkpointing: bool = Field(
         False,
@@ -77,9 +78,12 @@ class GRPOSettings(BaseModel):
     rubric_max_tokens: int = Field(512, ge=16, description="Policy update only: most tokens of G(t)'s rubric.")
     rubric_format: Literal["lines", "json"] = Field(
         "lines",
-        description="Generator update only: how rollouts write rubrics. 'lines': one '[w] criterion' per "
-        "line, the rollout primed with prompts.LINES_ROLLOUT_PREFIX (a 135M model writes parseable lines, not free "
-        "JSON); 'json': the JSON format of the structured-output prompt, unprimed (capable models).",
+        description="How rubrics are written. Generator update: how its rollouts write them. 'lines': one '[w] "
+        "criterion' per line, the rollout primed with prompts.LINES_ROLLOUT_PREFIX (a 135M model writes parseable "
+        "lines, not free JSON); 'json': the JSON format of the structured-output prompt, unprimed (capable models). "
+        "Policy update: the format the fixed G(t) is asked in for the reward, which must be the one G(t) was trained "
+        "in ('lines': the same primed prompt, unconstrained; 'json': grammar-constrained JSON); dr coevolve sets it "
+        "to the generator's.",
     )
     logging_steps: int = Field(1, ge=1, description="TRL logs metrics every this many steps.")
     rollouts: Literal["trl", "vllm"] = Field(

@@ -37,6 +37,10 @@ from typing import Any, Sequence
 
 from dr_core import progress
 
+#: The rollout engine's dtype (``vllm_rollouts``): float32, so that it samples from the model as updated.
+ROLLOUT_DTYPE = "float32"
+_BYTES = {"float32": 4, "bfloat16": 2}
+
 
 def run_lengths(items: Sequence[Any]) -> list[tuple[int, int]]:
     """(index of the first item, length) of every run of equal consecutive items."""
@@ -77,26 +81,49 @@ def _lora_layers(model) -> dict:
     }
 
 
-def named_weights(model):
+class BaseWeights:
+    """The float32 tensors of a checkpoint's safetensors files, read one at a time on demand (memory-mapped): the
+    base weights a LoRA update's trainer holds only in bf16 (dr_core/train/lora.py)."""
+
+    def __init__(self, checkpoint: str):
+        from pathlib import Path
+
+        from safetensors import safe_open
+
+        self._files = [safe_open(str(p), "pt") for p in sorted(Path(checkpoint).glob("*.safetensors"))]
+        self._where = {key: f for f in self._files for key in f.keys()}
+
+    def get(self, name: str):
+        """The checkpoint's tensor ``name`` in float32; None when the checkpoint has no such tensor."""
+        f = self._where.get(name)
+        return None if f is None else f.get_tensor(name).float()
+
+
+def named_weights(model, base: BaseWeights | None = None):
     """(Hugging Face name, tensor) of every weight of the trainer's model as a plain checkpoint would name it. A PEFT
     model yields the merged weights, each LoRA layer's base weight plus its active adapters' delta computed one layer
-    at a time, as ``merge_and_unload`` adds it (in float32 over a bf16 base); the model itself is not touched
-    (merging in place and unmerging again would leave the float32 base weights a rounding away from where they
-    were). LoRA's own tensors are left out."""
+    at a time, as ``merge_and_unload`` adds it, in float32; the model itself is not touched (merging in place and
+    unmerging again would leave the float32 base weights a rounding away from where they were). A base weight the
+    trainer holds in bf16 is taken from ``base`` (the checkpoint's float32 tensor) when given: bf16 base + delta is
+    the rounded base plus the update, which differs from the engine's first weights by the rounding (far more than a
+    small update). LoRA's own tensors are left out."""
     lora = _lora_layers(model)
     for name, param in model.named_parameters():
         if "lora_" in name or ("modules_to_save" in name and "original_module" in name):
             continue
         weight = param.detach()
+        hf_name = name.removeprefix("base_model.model.").replace(".base_layer.", ".")
+        hf_name = hf_name.replace(".modules_to_save.default.", ".")
         layer = lora.get(name)
         if layer is not None:
             for adapter in layer.active_adapters:
-                if adapter in layer.lora_A:  # in the adapter's float32 also over a bf16 base (dr_core/train/lora.py)
+                if adapter in layer.lora_A:  # in the adapter's float32 (dr_core/train/lora.py)
                     delta = layer.get_delta_weight(adapter)
+                    if weight.dtype != delta.dtype and base is not None:
+                        full = base.get(hf_name)
+                        weight = full if full is not None else weight
                     weight = weight.to(delta.dtype) + delta
-        name = name.removeprefix("base_model.model.").replace(".base_layer.", ".")
-        name = name.replace(".modules_to_save.default.", ".")
-        yield name, weight
+        yield hf_name, weight
 
 
 def kv_cache_gib(base_checkpoint: str, length: int, settings) -> float:
@@ -110,7 +137,11 @@ def kv_cache_gib(base_checkpoint: str, length: int, settings) -> float:
     heads = c.get("num_attention_heads", 1)
     head_dim = c.get("head_dim") or c["hidden_size"] // heads
     per_token = (
-        c["num_hidden_layers"] * 2 * c.get("num_key_value_heads", heads) * head_dim * (2 if settings.bf16 else 4)
+        c["num_hidden_layers"]
+        * 2
+        * c.get("num_key_value_heads", heads)
+        * head_dim
+        * (2 if ROLLOUT_DTYPE == "bfloat16" else 4)
     )
     batch = settings.per_device_train_batch_size * (
         settings.steps_per_generation or settings.gradient_accumulation_steps
@@ -123,8 +154,8 @@ class VLLMRollouts:
     """TRL ``rollout_func``: rollouts of the model being trained, sampled by an in-process vLLM engine that gets the
     trainer's weights at every new optimiser step. ``sync_seconds`` / ``generate_seconds`` add up the time spent."""
 
-    def __init__(self, engine, tokenizer, seed: int):
-        self.engine, self.tokenizer, self.seed = engine, tokenizer, seed
+    def __init__(self, engine, tokenizer, seed: int, base: BaseWeights | None = None):
+        self.engine, self.tokenizer, self.seed, self.base = engine, tokenizer, seed, base
         self.synced_step = 0  # the engine was loaded from the base checkpoint: the weights of step 0
         self.syncs = 0
         self.sync_seconds = 0.0
@@ -137,7 +168,7 @@ class VLLMRollouts:
 
         model = trainer.accelerator.unwrap_model(trainer.model)
         with torch.no_grad():  # the LoRA deltas are computed from trainable tensors
-            self.engine.load_weights(named_weights(model))
+            self.engine.load_weights(named_weights(model, self.base))
         self.synced_step = trainer.state.global_step
         self.syncs += 1
         self.sync_seconds += time.perf_counter() - t
@@ -178,15 +209,24 @@ class VLLMRollouts:
 def vllm_rollouts(base_checkpoint: str, prompts: Sequence, tokenizer, settings) -> VLLMRollouts:
     """A ``VLLMRollouts`` on a new in-process engine for ``base_checkpoint``, sized for these prompts: its context is
     the longest prompt plus ``max_completion_length``, its KV cache room for every prompt's prefix and G completions
-    of one generation batch at that context, at least 0.25 GiB; float32 unless the settings train in bf16."""
+    of one generation batch at that context, at least 0.25 GiB.
+
+    The engine runs in ``ROLLOUT_DTYPE`` (float32) whatever the trainer's precision, and its weights are synced from
+    the float32 base plus the update (``named_weights`` with ``BaseWeights``): a bf16 engine rounds a small update
+    away (a step moves a weight by about 1e-5; bf16 resolves steps of 1/256 of a weight's size, 2e-4 for a weight of
+    0.05), so the rollouts would be sampled from the model before the update. Measured on SmolLM2-135M
+    (infra/benchmarks/bench_rollout_sync.py): of an update of 1e-5 per entry, the old sync (the trainer's bf16 base
+    plus the delta, in a bf16 engine) moved the engine by 3 % of it, a float32 base plus the delta rounded into a
+    bf16 engine by the update's size on average but with an error 12 times the update, a float32 engine by exactly
+    the update; the float32 engine samples at 0.68x the bf16 one's tokens per second."""
     from dr_core.config import EngineConfig
     from dr_core.engines import make_engine
 
     length = model_len(tokenizer, prompts, settings.max_completion_length)
     cfg = EngineConfig(
         model=str(base_checkpoint),
-        dtype="bfloat16" if settings.bf16 else "float32",
+        dtype=ROLLOUT_DTYPE,
         max_model_len=length,
         kv_cache_gib=kv_cache_gib(base_checkpoint, length, settings),
     )
-    return VLLMRollouts(make_engine(cfg), tokenizer, settings.seed)
+    return VLLMRollouts(make_engine(cfg), tokenizer, settings.seed, BaseWeights(str(base_checkpoint)))
