@@ -84,7 +84,10 @@ class Engine(abc.ABC):
         seed: int | None = None,
         logprobs: int | None = None,
     ) -> list[Completion]:
-        """Generate ``n`` samples for every conversation, in input order.
+        """Generate ``n`` samples for every conversation, in input order. A conversation whose last message is the
+        assistant's is continued from that message (a primer): the model sees the opened assistant turn followed by
+        its content, and the texts returned are what it writes after it (the OpenAI-compatible engine asks vLLM's
+        server for ``continue_final_message``).
 
         json_schema / choices (at most one): constrain every sample to the schema or to one of the strings.
         seed: makes samples reproducible where the engine can: the in-process vLLM engine seeds each conversation

@@ -135,7 +135,10 @@ class OpenAIHTTPEngine(EndpointTransport, Engine):
             base["top_logprobs"] = logprobs
 
         def one(conv: Conversation) -> Completion:
-            reply = self._post(clients, {**base, "messages": conv})
+            body = {**base, "messages": conv}
+            if conv and conv[-1].get("role") == "assistant":  # a primer: vLLM's server continues it (base.Engine)
+                body |= {"continue_final_message": True, "add_generation_prompt": False}
+            reply = self._post(clients, body)
             if reply is None:
                 return Completion(("",) * n, (PROMPT_TOO_LONG,) * n, 0, (0,) * n, None)
             return completion(*reply, n, logprobs, self._error)

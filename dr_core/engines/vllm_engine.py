@@ -144,9 +144,14 @@ class VLLMEngine(Engine):
         _OPEN.add(self)
 
     def render(self, conversation: Conversation) -> list[int]:
-        """Token ids of the prompt the model sees (chat template with the assistant turn opened)."""
+        """Token ids of the prompt the model sees: the chat template with the assistant turn opened, followed by the
+        content of a final assistant message (a primer, ``Engine.chat``): the same text a GRPO rollout's prompt is
+        (dr_core/train/grpo.py, ``generator_dataset``)."""
+        primer = ""
+        if conversation and conversation[-1].get("role") == "assistant":
+            conversation, primer = conversation[:-1], conversation[-1].get("content") or ""
         text = self.tokenizer.apply_chat_template(conversation, tokenize=False, add_generation_prompt=True)
-        return self.tokenizer.encode(text, add_special_tokens=False)
+        return self.tokenizer.encode(text + primer, add_special_tokens=False)
 
     def chat(
         self,

@@ -13,11 +13,11 @@ import time
 from typing import Sequence
 
 from dr_core.constants import UNSCORABLE
-from dr_core.engines.base import Engine
+from dr_core.engines.base import FINISH_LENGTH, Engine
 from dr_core.evaluator.endpoints import endpoint_counts, endpoint_delta
-from dr_core.evaluator.items import DONE_REASONS, EvalItem, GeneratedRubric, Mode, StageStats
+from dr_core.evaluator.items import DONE_REASONS, EvalItem, GeneratedRubric, Mode, RubricFormat, StageStats
 from dr_core.rubric import prompts
-from dr_core.rubric.schema import Rubric, RubricError, parse_rubric
+from dr_core.rubric.schema import Rubric, RubricError, parse_free_rubric, parse_rubric
 
 
 def shuffled_order(n: int, seed: int, item_index: int) -> tuple[int, ...]:
@@ -25,6 +25,17 @@ def shuffled_order(n: int, seed: int, item_index: int) -> tuple[int, ...]:
     order = list(range(n))
     random.Random(f"{seed}:{item_index}").shuffle(order)
     return tuple(order)
+
+
+def _parse_lines(text: str, finish_reason: str) -> tuple[Rubric | None, str | None]:
+    """A rubric in the 'lines' format (the primer included in ``text``): every complete line kept; an output cut by
+    max_tokens keeps its complete lines and loses the cut one, as the generator's GRPO rollouts are parsed."""
+    if finish_reason not in DONE_REASONS and finish_reason != FINISH_LENGTH:
+        return UNSCORABLE, f"generation_{finish_reason}"  # the prompt did not fit
+    parsed = parse_free_rubric(text, truncated=finish_reason == FINISH_LENGTH)
+    if isinstance(parsed, Rubric):
+        return parsed, None
+    return UNSCORABLE, str(parsed.reason.value)
 
 
 def _parse(text: str, finish_reason: str, structured: bool) -> tuple[Rubric | None, str | None]:
@@ -51,8 +62,13 @@ def generate_rubrics(
     max_tokens: int = 512,
     structured: bool = True,
     order_keys: Sequence[int] | None = None,
+    rubric_format: RubricFormat = "json",
 ) -> tuple[list[list[GeneratedRubric]], StageStats]:
     """One rubric for every (item, seed), in one engine call. Returns ``rubrics[i][s]`` and the stage's cost.
+    rubric_format: "json" (the structured-output prompt; ``structured`` constrains it to the schema) or "lines" (the
+    prompt and primer a generator is trained with, ``prompts.LINES_ROLLOUT_PREFIX`` as the start of its answer, never
+    constrained; the text kept and parsed includes the primer, and an output cut by max_tokens keeps its complete
+    lines): a generator trained on one format is asked in that format (dynamic mode only).
 
     order_keys: the key each item's shuffle uses in place of its index (``shuffled_order(n, seed, key)``): the
     reward service batches unrelated requests together, and a request's order must not depend on its neighbours.
@@ -67,7 +83,10 @@ def generate_rubrics(
         raise ValueError(f"mode must be 'dynamic' or 'static', got {mode!r}")
     if not seeds:
         raise ValueError("need at least one seed")
-    convs, keys = _conversations(items, seeds, mode, order_keys)
+    if rubric_format not in ("json", "lines") or (rubric_format == "lines" and mode != "dynamic"):
+        raise ValueError(f"rubric_format must be 'json' or (in dynamic mode) 'lines', got {rubric_format!r}")
+    lines = rubric_format == "lines"
+    convs, keys = _conversations(items, seeds, mode, order_keys, rubric_format)
     stats = StageStats()
     if not convs:
         return [[] for _ in items], stats
@@ -78,40 +97,46 @@ def generate_rubrics(
         n=1,
         temperature=temperature,
         max_tokens=max_tokens,
-        json_schema=prompts.GENERATOR_JSON_SCHEMA if structured else None,
+        json_schema=prompts.GENERATOR_JSON_SCHEMA if structured and not lines else None,
         seed=seeds[0],
     )
     stats.add(outs, time.perf_counter() - start)
     stats.add_endpoints(endpoint_delta(before, endpoint_counts(engine)))
     result: list[list[GeneratedRubric]] = [[] for _ in items]
     for (i, seed, perm), out in zip(keys, outs):
-        rubric, error = _parse(out.texts[0], out.finish_reasons[0], structured)
-        result[i].append(
-            GeneratedRubric(
-                i,
-                seed,
-                perm,
-                out.texts[0],
-                out.finish_reasons[0],
-                rubric,
-                error,
-                out.prompt_tokens,
-                out.completion_tokens[0],
-            )
-        )
+        result[i].append(_generated(i, seed, perm, out, lines, structured))
     return result, stats
 
 
+def _generated(i: int, seed: int, perm: tuple[int, ...], out, lines: bool, structured: bool) -> GeneratedRubric:
+    """One engine output as a ``GeneratedRubric``: its text (the primer first in the 'lines' format) and parse."""
+    text = (prompts.LINES_ROLLOUT_PREFIX if lines else "") + out.texts[0]
+    if lines:
+        rubric, error = _parse_lines(text, out.finish_reasons[0])
+    else:
+        rubric, error = _parse(text, out.finish_reasons[0], structured)
+    return GeneratedRubric(
+        i, seed, perm, text, out.finish_reasons[0], rubric, error, out.prompt_tokens, out.completion_tokens[0]
+    )
+
+
 def _conversations(
-    items: Sequence[EvalItem], seeds: Sequence[int], mode: Mode, order_keys: Sequence[int] | None
+    items: Sequence[EvalItem],
+    seeds: Sequence[int],
+    mode: Mode,
+    order_keys: Sequence[int] | None,
+    rubric_format: RubricFormat = "json",
 ) -> tuple[list, list[tuple[int, int, tuple[int, ...]]]]:
-    """The generator's conversations, one per (item, seed), and each one's (item index, seed, candidate order)."""
+    """The generator's conversations, one per (item, seed), and each one's (item index, seed, candidate order); in
+    the 'lines' format each ends with the primer as the start of the assistant's answer."""
     convs, keys = [], []
+    primer = [{"role": "assistant", "content": prompts.LINES_ROLLOUT_PREFIX}] if rubric_format == "lines" else []
     for i, item in enumerate(items):
         for seed in seeds:
             if mode == "dynamic":
                 perm = shuffled_order(len(item.candidates), seed, i if order_keys is None else order_keys[i])
-                convs.append(prompts.dynamic_generator_messages(item.prompt, [item.candidates[k] for k in perm]))
+                shown = [item.candidates[k] for k in perm]
+                convs.append(prompts.dynamic_generator_messages(item.prompt, shown, answer=rubric_format) + primer)
             else:
                 perm = ()
                 convs.append(prompts.static_generator_messages(item.prompt))

@@ -11,6 +11,9 @@ from dr_core.engines.base import Completion
 from dr_core.rubric.schema import Rubric
 
 Mode = Literal["dynamic", "static"]
+#: How a generator is asked for a rubric: the structured-output JSON prompt, or the primed 'lines' prompt it is
+#: trained with (dr_core/evaluator/generate.py).
+RubricFormat = Literal["json", "lines"]
 
 
 #: finish reasons of a complete generation (vLLM says "stop" for EOS and stop strings)

@@ -15,7 +15,16 @@ from typing import Sequence
 from dr_core.constants import UNSCORABLE
 from dr_core.engines.base import Engine
 from dr_core.evaluator.generate import generate_rubrics
-from dr_core.evaluator.items import Check, EvalItem, GeneratedRubric, Mode, ScoredRubric, SetEvaluation, StageStats
+from dr_core.evaluator.items import (
+    Check,
+    EvalItem,
+    GeneratedRubric,
+    Mode,
+    RubricFormat,
+    ScoredRubric,
+    SetEvaluation,
+    StageStats,
+)
 from dr_core.evaluator.verify import verify
 from dr_core.scoring.equations import anchor_reward, discriminability_reward, rubric_scores
 
@@ -91,11 +100,20 @@ def evaluate_sets(
     temperature: float = 0.7,
     max_tokens: int = 512,
     structured: bool = True,
+    rubric_format: RubricFormat = "json",
 ) -> SetEvaluation:
-    """Generate one rubric per (item, seed), verify and score them all: the whole evaluator, batch first."""
+    """Generate one rubric per (item, seed), verify and score them all: the whole evaluator, batch first
+    (``rubric_format``: as ``generate_rubrics`` asks for it)."""
     items = list(items)
     rubrics, gen_stats = generate_rubrics(
-        generator, items, seeds, mode=mode, temperature=temperature, max_tokens=max_tokens, structured=structured
+        generator,
+        items,
+        seeds,
+        mode=mode,
+        temperature=temperature,
+        max_tokens=max_tokens,
+        structured=structured,
+        rubric_format=rubric_format,
     )
     results, ver_stats = score_rubrics(verifier, items, rubrics)
     return SetEvaluation(items, list(seeds), mode, results, gen_stats, ver_stats)

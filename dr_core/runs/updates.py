@@ -113,6 +113,10 @@ def train_policy(
         base.fingerprint, verifier_model, cfg.policy.num_generations, generator=generator.fingerprint
     )
     train_rows = records.policy_rows(prompt_rows)
+    # G(t) is asked for the reward's rubrics in the format it was trained in
+    cfg = cfg.model_copy(
+        update={"policy": cfg.policy.model_copy(update={"rubric_format": cfg.generator.rubric_format})}
+    )
     result = _update(cfg, "policy", local_dir(s, base), train_rows, scratch, sink, cfg.round.engines.verifier, gen_cfg)
     return_freed_memory()
     sink = _rollouts(sink, scratch)

@@ -65,6 +65,14 @@ def rubric_reply(h: int) -> str:
     return json.dumps({"rubrics": items})
 
 
+def rubric_lines_reply(h: int) -> str:
+    """The continuation of the 'lines' primer ("[3] The response"): the same criteria as ``rubric_reply``, one
+    "[w] criterion" a line, the first one's start being the primer."""
+    items = json.loads(rubric_reply(h))["rubrics"]
+    first = items[0]["criterion"].removeprefix("The response")
+    return first + "\n" + "\n".join(f"[{it['weight']}] {it['criterion']}" for it in items[1:]) + "\n"
+
+
 def policy_reply(h: int, i: int) -> str:
     """A short answer; sample i of one request differs from the others."""
     words = [_WORDS[(h >> (4 * k + i)) % len(_WORDS)] for k in range(3 + (h + i) % 4)]
@@ -161,6 +169,8 @@ class ScriptedServer:
         so = body.get("structured_outputs") or {}
         if "json" in so:
             texts = [rubric_reply(digest([messages, i])) for i in range(n)]
+        elif body.get("continue_final_message"):  # a primed rubric: the 'lines' format (rubric_lines_reply)
+            texts = [rubric_lines_reply(digest([messages, i])) for i in range(n)]
         elif "choice" in so:
             options = list(so["choice"])
             texts = [options[digest([messages, i]) % len(options)] for i in range(n)]
