@@ -21,6 +21,7 @@ from cli import quiet
 from cli.options import ENGINES_HELP, PRESET_HELP, VERBOSE_HELP, command_roles, engines_file
 from cli.output import check_output_path, console, err_console, fail, log
 from cli.progress import showing_progress
+from dr_core.ifeval.metrics import METRICS as IFEVAL_METRICS
 
 _MODES = ("dynamic", "static")
 _EVAL_MODE_HELP = (
@@ -30,7 +31,10 @@ _POLICY_HELP = (
     "the policy: 'default' (the --preset's or --engines file's policy model), a bundled model's name, a checkpoint "
     'directory, a URL, or a JSONL file of its saved answers {"id","answer"} (nothing is generated)'
 )
-_DATA_HELP = 'JSON Lines: {"id","prompt","baseline"?} (pairwise) or {"prompt","answer"} (--task)'
+_DATA_HELP = (
+    'JSON Lines: {"id","prompt","baseline"?} (pairwise), {"prompt","answer"} (--task exact|numeric|math) or IFEval\'s '
+    'own {"key"|"id","prompt","instruction_id_list","kwargs"} (--task ifeval)'
+)
 _JUDGE_HELP = (
     "pairwise judge: 'default' (the --preset's or --engines file's verifier model), a bundled model's name, a "
     "checkpoint directory, or http(s)://host:port/v1[#served-model-name] (an OpenAI-compatible server)"
@@ -47,6 +51,13 @@ _PROCEDURE_HELP = (
 )
 _EVALUATOR_KEYS = ("n", "accuracy", "chance_accuracy", "ties", "unscorable", "ndcg")
 _TASK_KEYS = ("n", "policy_accuracy", "baseline_accuracy", "accuracy_delta", "policy_no_answer")
+_IFEVAL_KEYS = (
+    "n",
+    "scored",
+    "unscorable",
+    *(f"{who}_{m}{ci}" for who in ("policy", "baseline") for m in IFEVAL_METRICS for ci in ("", "_ci95")),
+    "prompt_level_strict_acc_delta",
+)
 _PAIRWISE_KEYS = (
     "n",
     "win_rate",
@@ -197,7 +208,12 @@ def eval_policy(
     tie_threshold: float = typer.Option(
         0.01, "--tie-threshold", help="logodds: |d| (nats) at or below which a pair is a tie"
     ),
-    task: str = typer.Option(None, "--task", help="verifiable task instead of a judge: exact | numeric | math"),
+    task: str = typer.Option(
+        None,
+        "--task",
+        help="verifiable task instead of a judge: exact | numeric | math (final answers), or ifeval (IFEval's "
+        "instructions checked by its own code: lm-eval's strict and loose accuracies)",
+    ),
     limit: int = typer.Option(None, "--limit", help="evaluate the first N prompts (the whole file is validated)"),
     max_tokens: int = typer.Option(256, "--max-tokens", help="longest answer, tokens"),
     max_model_len: int = typer.Option(
@@ -240,10 +256,10 @@ def eval_policy(
 
 def _check_policy_options(task, judge, limit, max_tokens: int, output: Path | None, records: Path | None) -> None:
     """Refuse bad options, and output files that cannot be written, before any model work."""
-    from dr_core.evaluator.answers import TASKS
+    from dr_core.runs.policy_eval import POLICY_TASKS
 
-    if task is not None and task not in TASKS:
-        fail(f"--task must be one of {', '.join(TASKS)}, got {task!r}")
+    if task is not None and task not in POLICY_TASKS:
+        fail(f"--task must be one of {', '.join(POLICY_TASKS)}, got {task!r}")
     if task is None and judge is None:
         fail("--judge is required without --task: 'default', a checkpoint directory, or a server URL")
     if limit is not None and limit < 1:
@@ -279,7 +295,7 @@ def _print_policy_metrics(data: Path, task: str | None, metrics: dict) -> None:
     tab = Table(
         title=f"{data.name}: {'task ' + task if task else 'pairwise, judge ' + metrics['judge']}", show_header=False
     )
-    for key in _TASK_KEYS if task else _PAIRWISE_KEYS:
+    for key in (_IFEVAL_KEYS if task == "ifeval" else _TASK_KEYS) if task else _PAIRWISE_KEYS:
         if key in metrics:
             val = metrics[key]
             tab.add_row(
@@ -289,3 +305,10 @@ def _print_policy_metrics(data: Path, task: str | None, metrics: dict) -> None:
                 else (f"[{val[0]:.3f}, {val[1]:.3f}]" if isinstance(val, list) else str(val)),
             )
     console.print(tab)
+    if task == "ifeval" and metrics.get("unscorable"):
+        console.print(
+            f"{metrics['unscorable']} of {metrics['n']} prompts are unscorable here, left out of the accuracies: "
+            f"{', '.join(metrics['unscorable_instructions'])} need nltk's punkt data, which no installed package "
+            "ships (set NLTK_DATA to a directory that holds it)",
+            highlight=False,
+        )

@@ -9,7 +9,10 @@ dr_core/runs/policy_eval_scoring.py.
 
 Verifiable tasks (section 5.2, appendix C.3): the policy answers {"prompt","answer"} prompts and
 ``dr_core.evaluator.answers`` checks each final answer (exact, numeric, math via Math-Verify): accuracy, and the
-baseline checkpoint's when given.
+baseline checkpoint's when given. ``--task ifeval``: IFEval-shaped rows ({"key"|"id", "prompt",
+"instruction_id_list", "kwargs"}, every line validated first: dr_core/ifeval/checks.py) answered by the policy (or
+read from saved answers) and checked by IFEval's own code: lm-eval's prompt- and instruction-level strict and loose
+accuracies with 95 % intervals.
 
 This module is the command (``run_eval_policy``: validate every input, resolve the engines, run the phases); where
 answers come from is dr_core/runs/policy_eval_answers.py. The names of both are importable from here.
@@ -56,13 +59,16 @@ from dr_core.runs.policy_eval_scoring import (
     pair_outcome,
     pairwise_metrics,
     quiet,
+    score_ifeval,
     score_verifiable,
     win_rate_summary,
 )
 
 __all__ = [
     "CI_LEVEL",
+    "IFEVAL_TASK",
     "N_BOOT",
+    "POLICY_TASKS",
     "Answer",
     "Log",
     "answer_prompts",
@@ -79,6 +85,7 @@ __all__ = [
     "pair_outcome",
     "pairwise_metrics",
     "run_eval_policy",
+    "score_ifeval",
     "score_verifiable",
     "win_rate_summary",
 ]
@@ -109,11 +116,17 @@ def evaluate_pairwise(
 
 
 # -- verifiable tasks ---------------------------------------------------------------------------------------------
+#: The instruction-following task: IFEval-shaped rows checked by IFEval's own code (dr_core/ifeval/).
+IFEVAL_TASK = "ifeval"
+#: Every --task: the final-answer tasks, then IFEval.
+POLICY_TASKS = (*answers.TASKS, IFEVAL_TASK)
+
+
 def load_verifiable(path: str | Path, task: str, limit: int | None = None) -> list[VerifiableRow]:
     """{"id"?, "prompt", "answer"} rows, every reference checked readable for ``task`` before any model work
     (DataError file:line: field 'answer' otherwise)."""
     if task not in answers.TASKS:
-        raise ValueError(f"--task must be one of {', '.join(answers.TASKS)}, got {task!r}")
+        raise ValueError(f"--task must be one of {', '.join(POLICY_TASKS)}, got {task!r}")
     rows = load(path, "verifiable")
     for r in rows:
         why = answers.reference_error(task, r.answer)
@@ -263,13 +276,15 @@ def _load_rows(
 ) -> list[PromptRow] | list[VerifiableRow]:
     """The prompts to evaluate, checked before any model work: verifiable rows (``task``) compared with a model
     only; pairwise rows need a judge, and a baseline answer per row (from ``baseline``'s file, or the data's own)."""
+    if task == IFEVAL_TASK:
+        from dr_core.ifeval.checks import load_rows
+
+        rows = load_rows(data, limit)  # every line validated (ids, instructions, kwargs) before any model work
+        _no_answers_file_baseline(baseline)
+        return rows
     if task is not None:
         rows = load_verifiable(data, task, limit)
-        if baseline is not None and not is_checkpoint_spec(baseline):
-            raise ValueError(
-                f"--baseline {baseline!r}: verifiable tasks compare against a model (default, a "
-                "checkpoint directory or a URL), not an answers file"
-            )
+        _no_answers_file_baseline(baseline)
         return rows
     if judge is None:
         raise ValueError("--judge is required for pairwise evaluation (default, a checkpoint or a URL)")
@@ -287,6 +302,14 @@ def _load_rows(
                 f"{len(missing)} row(s) without one): add the field or pass --baseline CKPT|FILE",
             )
     return rows
+
+
+def _no_answers_file_baseline(baseline: str | None) -> None:
+    if baseline is not None and not is_checkpoint_spec(baseline):
+        raise ValueError(
+            f"--baseline {baseline!r}: verifiable tasks compare against a model (default, a "
+            "checkpoint directory or a URL), not an answers file"
+        )
 
 
 def _policy_source(
@@ -315,6 +338,8 @@ def _score(
 ) -> tuple[dict, list[dict]]:
     """(metrics, per-prompt records): each run's accuracy on a verifiable ``task``; else the judge's verdicts on the
     policy's answers against the baseline's (the rows' own when no baseline answered)."""
+    if task == IFEVAL_TASK:
+        return score_ifeval(rows, runs, seed=seed)
     if task is not None:
         return score_verifiable(rows, task, runs)
     base = runs.get("baseline") or fixed_baseline(rows)

@@ -209,3 +209,42 @@ def score_verifiable(
         for i, r in enumerate(rows)
     ]
     return metrics, records
+
+
+# -- IFEval ---------------------------------------------------------------------------------------------------------
+def score_ifeval(rows: Sequence, runs: dict[str, Sequence[Answer]], seed: int = 0) -> tuple[dict, list[dict]]:
+    """lm-eval's four IFEval accuracies of each run ({"policy": answers, "baseline": answers?}), each with its 95 %
+    interval (``dr_core.ifeval.metrics``), from the library's own checkers (``dr_core.ifeval.checks``); per-prompt
+    records with every instruction's strict and loose verdict. A row whose checker cannot run here is unscorable:
+    left out of the accuracies, counted (``unscorable``) and named (``unscorable_instructions``)."""
+    from dr_core.ifeval import checks, metrics
+
+    missing = checks.unavailable_instructions()
+    ok = [checks.scorable(r, missing) for r in rows]
+    unscorable = sorted({i for r, good in zip(rows, ok) if not good for i in r.instruction_id_list if i in missing})
+    out: dict = {"n": len(rows), "task": "ifeval", "scored": sum(ok), "unscorable": len(rows) - sum(ok)}
+    out["unscorable_instructions"] = unscorable
+    verdicts = {
+        who: [checks.check(r, a.text) if good else None for r, a, good in zip(rows, ans, ok, strict=True)]
+        for who, ans in runs.items()
+    }
+    for who, ans in runs.items():
+        scored = [[(v.strict, v.loose) for v in vs] for vs in verdicts[who] if vs is not None]
+        out |= {f"{who}_{k}": v for k, v in metrics.accuracies(scored, seed=seed).items()}
+        out[f"{who}_mean_tokens"] = _mean([a.tokens for a in ans])
+        out[f"{who}_truncated"] = sum(a.truncated for a in ans)
+    if "baseline" in runs and out["scored"]:
+        out["prompt_level_strict_acc_delta"] = (
+            out["policy_prompt_level_strict_acc"] - out["baseline_prompt_level_strict_acc"]
+        )
+    records = []
+    for i, r in enumerate(rows):
+        rec = {"id": r.id, "prompt": r.prompt, "instruction_id_list": list(r.instruction_id_list), "scorable": ok[i]}
+        for who in runs:
+            vs = verdicts[who][i]
+            rec[who] = runs[who][i].text
+            rec[f"{who}_strict"] = None if vs is None else [v.strict for v in vs]
+            rec[f"{who}_loose"] = None if vs is None else [v.loose for v in vs]
+            rec[f"{who}_prompt_strict"] = None if vs is None else all(v.strict for v in vs)
+        records.append(rec)
+    return out, records

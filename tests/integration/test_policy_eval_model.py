@@ -139,6 +139,28 @@ def test_eval_policy_verifiable_math(default_model_dir, tmp_path):
     assert m["n"] == 2 and m["task"] == "math" and m["policy_accuracy"] in (0.0, 0.5, 1.0)
 
 
+def test_eval_policy_ifeval_generates_answers_and_checks_them_by_code(default_model_dir, tmp_path):
+    """The default model answers 3 of IFEval's prompts (--limit; the whole file is validated first); every answer is
+    checked by IFEval's own code, and the records agree with checking the saved answers again."""
+    pytest.importorskip("vllm", reason="vllm (the cpu or gpu extra) is not installed")
+    from dr_core.ifeval import checks, testbed
+
+    out, recs = tmp_path / "m.json", tmp_path / "r.jsonl"
+    data = bundled(testbed.HELDOUT_FILE)
+    args = ["eval-policy", "--policy", "default", "--task", "ifeval", "--data", str(data), "--limit", "3"]
+    res = runner.invoke(
+        app, [*args, "--max-tokens", "48", "--engines", ENGINES, "-o", str(out), "--records", str(recs)]
+    )
+    assert res.exit_code == 0, res.output
+    m = json.loads(out.read_text())
+    assert m["n"] == 3 and m["task"] == "ifeval" and "SmolLM2-135M" in m["policy"]
+    rows = {r.id: r for r in checks.load_rows(data, 3)}
+    for rec in map(json.loads, recs.read_text().splitlines()):
+        assert rec["policy"].strip()  # generated
+        assert rec["policy_strict"] == [v.strict for v in checks.check(rows[rec["id"]], rec["policy"])]
+    assert m["policy_prompt_level_strict_acc"] in (0.0, 1 / 3, 2 / 3, 1.0)
+
+
 def test_in_loop_task_writes_win_rate_rows(test_engine_config, tmp_path):
     """P(0) against itself: greedy answers are identical, so a judge that is consistent at all can only tie."""
     from dr_core.config import EnginesConfig, coevolve_preset

@@ -187,3 +187,77 @@ def test_dr_ingest_takes_the_code_ranked_anchors(tmp_path):
 
     uri, n = ingest("anchors", bundled(testbed.SPLIT_FILES["tune"]), str(tmp_path / "store"))
     assert n == sum(len(p.anchors.responses) for p in testbed.split("tune")) and "ifeval_tune" in uri
+
+
+# -- dr eval-policy --task ifeval ----------------------------------------------------------------------------------
+def _cli(args):
+    from typer.testing import CliRunner
+
+    from cli.app import app
+
+    return CliRunner().invoke(app, ["eval-policy", "--task", "ifeval", *args])
+
+
+def test_eval_policy_ifeval_agrees_with_the_library_on_saved_answers(tmp_path):
+    """IFEval's 541 prompts answered by code-made answers (some followed, some not), scored by ``dr eval-policy`` and
+    by the library's ``evaluate_instructions`` directly: the four accuracies agree exactly, on the same prompts."""
+    from if_verifiable.common import evaluate_instructions
+
+    rows = checks.load_rows(HELDOUT)
+    rng = random.Random(1)
+    texts = {}
+    for r in rows:
+        t = r.prompt if rng.random() < 0.5 else r.prompt.lower().replace(",", "")
+        texts[r.id] = ('"' + t + '"' if rng.random() < 0.3 else t) + ("\nP.S. done" if rng.random() < 0.3 else "")
+    answers = tmp_path / "answers.jsonl"
+    answers.write_text("".join(json.dumps({"id": i, "answer": t}) + "\n" for i, t in texts.items()))
+    out = tmp_path / "m.json"
+    res = _cli(["--policy", str(answers), "--data", str(HELDOUT), "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    m = json.loads(out.read_text())
+    strict = loose = n_inst = 0
+    prompt_strict, prompt_loose = [], []
+    for r in rows:
+        if not checks.scorable(r):
+            continue
+        with checks.seeded_global_random(0):
+            lib, scores = evaluate_instructions(
+                texts[r.id], list(r.instruction_id_list), [dict(k) for k in r.kwargs], r.prompt, checks.registry()
+            )
+        strict += sum(x.strict_pass for x in lib)
+        loose += sum(x.loose_pass for x in lib)
+        n_inst += len(lib)
+        prompt_strict.append(scores.binary_strict)
+        prompt_loose.append(scores.binary_loose)
+    assert m["scored"] == len(prompt_strict) and m["unscorable"] == 541 - len(prompt_strict)
+    assert m["policy_prompt_level_strict_acc"] == pytest.approx(sum(prompt_strict) / len(prompt_strict), abs=1e-12)
+    assert m["policy_prompt_level_loose_acc"] == pytest.approx(sum(prompt_loose) / len(prompt_loose), abs=1e-12)
+    assert m["policy_inst_level_strict_acc"] == pytest.approx(strict / n_inst, abs=1e-12)
+    assert m["policy_inst_level_loose_acc"] == pytest.approx(loose / n_inst, abs=1e-12)
+    assert 0 < m["policy_prompt_level_strict_acc"] < m["policy_inst_level_loose_acc"] < 1
+
+
+@pytest.mark.parametrize(
+    "bad, field",
+    [
+        ({"key": 9, "prompt": "p", "instruction_id_list": ["startend:nope"], "kwargs": [{}]}, "instruction_id_list[0]"),
+        (
+            {"key": 9, "prompt": "p", "instruction_id_list": ["punctuation:no_comma"], "kwargs": [{"x": 1}]},
+            "kwargs[0].x",
+        ),
+    ],
+)
+def test_eval_policy_ifeval_refuses_a_malformed_line_before_any_model_work(tmp_path, monkeypatch, bad, field):
+    from dr_core.engines.pool import EnginePool
+
+    def boom(*a, **k):
+        raise AssertionError("model work started")
+
+    monkeypatch.setattr(EnginePool, "get", boom)
+    good = {"key": 1, "prompt": "Say hi.", "instruction_id_list": ["punctuation:no_comma"], "kwargs": [{}]}
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\n")
+    out = tmp_path / "m.json"
+    res = _cli(["--policy", "default", "--data", str(data), "-o", str(out)])
+    assert res.exit_code == 2 and f"d.jsonl:2: field '{field}'" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1 and not out.exists()
