@@ -22,7 +22,7 @@ def report_cmd(
     learning: Optional[str] = typer.Option(
         None,
         "--learning",
-        help="Also (or only) draw a bench_learning.py result "
+        help="Also (or only) draw a bench_learning.py or bench_ifeval.py result "
         "JSON as learning.html: reward curves, held-out deltas with intervals.",
     ),
 ) -> None:

@@ -107,6 +107,14 @@ def build_checker(instruction_id: str, kwargs: dict[str, Any], prompt: str):
     return checker
 
 
+def describe(instruction_id: str, kwargs: dict[str, Any], prompt: str) -> str:
+    """The instruction's own text for these arguments, as the registry writes it (what a prompt says to do): the
+    criterion a verifier is asked to check in the benchmark's gate."""
+    with seeded_global_random(0):
+        checker = registry()[instruction_id](instruction_id)
+        return checker.build_description(**{k: v for k, v in kwargs.items() if v is not None})
+
+
 def _row(path: Path, lineno: int, obj: dict) -> IFEvalRow:
     def err(field: str, msg: str) -> DataError:
         return DataError(path, lineno, field, msg)

@@ -1,5 +1,6 @@
-"""``dr report --learning FILE``: the learning benchmark's results (infra/benchmarks/bench_learning.py, version 2) as
-one offline HTML page: the training reward curves of both updates per step with their group spread, the held-out
+"""``dr report --learning FILE``: the learning benchmark's results (infra/benchmarks/bench_learning.py, version 2; an
+IFEval benchmark result, infra/benchmarks/bench_ifeval.py, is drawn by dr_core/report/learning_ifeval.py) as one
+offline HTML page: the training reward curves of both updates per step with their group spread, the held-out
 G(S) - G(0) deltas with their 95 % intervals per seed and pooled, the tuning sweep, and the policy comparison.
 
 The page is drawn from the benchmark's JSON alone (no store, no query). A file that is not such a result stops with
@@ -39,6 +40,16 @@ def load_result(path: str | Path) -> dict:
         raise ReportError(f"--learning {path}: cannot read it as JSON ({exc})") from None
     if not isinstance(d, dict):
         raise ReportError(f"--learning {path}: expected a JSON object (bench_learning.py's output)")
+    if d.get("benchmark") == "ifeval":  # infra/benchmarks/bench_ifeval.py (dr_core/report/learning_ifeval.py)
+        from dr_core.report.learning_ifeval import REQUIRED as IFEVAL_REQUIRED
+
+        missing = [k for k in IFEVAL_REQUIRED if k not in d]
+        if missing or d.get("partial"):
+            raise ReportError(
+                f"--learning {path}: not a complete bench_ifeval.py result: "
+                + (f"no key {missing[0]!r}" if missing else "the run stopped early ('partial' is true)")
+            )
+        return d
     missing = [k for k in REQUIRED if k not in d]
     if missing:
         raise ReportError(
@@ -143,5 +154,11 @@ def write_learning_report(path: str | Path, out_dir: str | Path) -> Path:
         atomic.check_output_path(out / "learning.html", "report")
     except OSError as exc:
         raise ReportError(str(exc)) from None
-    atomic.write_all_atomic([(out / "learning.html", render_learning(d, str(path)))])
+    if d.get("benchmark") == "ifeval":
+        from dr_core.report.learning_ifeval import render_ifeval
+
+        page = render_ifeval(d, str(path))
+    else:
+        page = render_learning(d, str(path))
+    atomic.write_all_atomic([(out / "learning.html", page)])
     return out / "learning.html"

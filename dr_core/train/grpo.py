@@ -115,6 +115,7 @@ __all__ = [
     "rollout_prefix",
     "train_generator",
     "train_policy",
+    "train_policy_with_reward",
 ]
 
 
@@ -185,6 +186,17 @@ def train_policy(
     writes for its group of K. Returns the TrainResult; the model is in ``out_dir/final``."""
     _check_ids(rows)
     reward = PolicyReward(rows, generator, verifier, settings, on_rollouts)
+    return train_policy_with_reward(base_checkpoint, rows, reward, settings, out_dir)
+
+
+def train_policy_with_reward(
+    base_checkpoint: str | Path, rows: list[PolicyRow], reward, settings: GRPOSettings, out_dir: str | Path
+) -> TrainResult:
+    """P -> P' (Eq. 21 advantages) with any TRL reward function over whole groups of ``num_generations`` completions
+    of one row (it gets each completion's ``group_id``); the positive control of infra/benchmarks/bench_ifeval.py
+    trains on the code-checked reward (``dr_core.ifeval.reward``) this way. The reward keeps its own records and
+    ``history``; the model is in ``out_dir/final``."""
+    _check_ids(rows)
     dataset = [{"prompt": prompts.policy_messages(r.prompt), "group_id": r.group_id} for r in rows]
     return _train(base_checkpoint, dataset, reward, settings, out_dir, "group")
 

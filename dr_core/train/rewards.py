@@ -130,7 +130,8 @@ def anchor_minimum(n: int) -> float:
     return min(anchor_reward(list(c)) for c in itertools.product((0.0, 1.0), repeat=n))
 
 
-def _completion_text(completion) -> str:
+def completion_text(completion) -> str:
+    """A TRL completion's text (a string, or a conversational completion's messages joined)."""
     if isinstance(completion, str):
         return completion
     return "".join(m.get("content") or "" for m in completion)
@@ -200,7 +201,7 @@ class GeneratorReward:
         g = self.settings.num_generations
         blocks = check_whole_groups(group_id, g)
         step = _step(trainer_state)
-        texts = [rollout_prefix(self.settings) + _completion_text(c) for c in completions]
+        texts = [rollout_prefix(self.settings) + completion_text(c) for c in completions]
         ids = completion_ids if completion_ids is not None else [None] * len(texts)
         items, gens = self._rubrics(texts, ids, blocks)
         with progress.activity("reward verdicts", "verdicts"):
@@ -352,7 +353,7 @@ class PolicyReward:
         k = self.settings.num_generations
         blocks = check_whole_groups(group_id, k)
         step = _step(trainer_state)
-        texts = [_completion_text(c) for c in completions]
+        texts = [completion_text(c) for c in completions]
         items = [EvalItem(self.rows[gid].prompt, tuple(texts[b * k : (b + 1) * k])) for b, gid in enumerate(blocks)]
         with progress.activity("reward rubrics and verdicts", "requests"):
             ev = evaluate_sets(

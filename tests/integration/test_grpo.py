@@ -71,7 +71,7 @@ def test_train_policy_moves_weights_with_whole_groups_and_eq_21_advantages(tiny_
 @pytest.mark.slow
 def test_train_generator_hands_eq_24_25_advantages_to_trl(tiny_llama_dir, tmp_path, monkeypatch):
     # A random model writes no rubric: map each rollout text to a pseudo-random rubric so rewards vary.
-    def fake_parse(text):
+    def fake_parse(text, truncated=False):
         h = hashlib.md5(text.encode()).digest()
         return Rubric((RubricItem(f"criterion {h[0] % 5}", 1 + h[1] % 5), RubricItem(f"other {h[2] % 3}", 2)))
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 import pytest
 
 
-def build_tiny_llama(tokenizer_dir, out_dir, seed: int = 0):
-    """A random LlamaConfig model saved with the tokenizer from ``tokenizer_dir`` (fp32). Returns ``out_dir``."""
+def build_tiny_llama(tokenizer_dir, out_dir, seed: int = 0, hidden: int = 64, heads: int = 4):
+    """A random LlamaConfig model saved with the tokenizer from ``tokenizer_dir`` (fp32). Returns ``out_dir``. vLLM's
+    CPU attention takes head sizes of 32 and up: ``hidden=128, heads=2`` for a model an in-process engine runs."""
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
@@ -18,11 +19,11 @@ def build_tiny_llama(tokenizer_dir, out_dir, seed: int = 0):
     torch.manual_seed(seed)
     config = LlamaConfig(
         vocab_size=len(tok),
-        hidden_size=64,
-        intermediate_size=128,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
         num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=4,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
         max_position_embeddings=4096,
         tie_word_embeddings=True,
         bos_token_id=tok.bos_token_id,
