@@ -22,9 +22,10 @@ def _head(r: dict) -> list[str]:
     p, g = r["protocol"], r["gate"]
     minutes = f"{r['seconds'] / 60:.0f} min" if r.get("seconds") else "unfinished"
     return [
-        f"One run of the protocol (protocol.py sha256 {r['protocol_sha256'][:12]}, {minutes}): seeds "
+        f"One run of the protocol, version {r.get('version', 1)} (sha256 {r['protocol_sha256'][:12]}, {minutes}): "
+        f"seeds "
         f"{', '.join(map(str, p['seeds']))}; {r['args']['train']} training, {r['args']['tune']} tuning and "
-        f"{r['args']['heldout']} held-out prompts (audit: {r['audit_overlap_rows']} overlapping); generator "
+        f"{r['args']['heldout']} held-out prompts{_from(r)} (audit: {r['audit_overlap_rows']} overlapping); generator "
         f"{p['generator_steps']} steps x {p['generator_prompts_per_step']} prompt x {p['rubric_rollouts']} "
         "rubrics, "
         f"policies {p['policy_steps']} steps x {p['policy_prompts_per_step']} prompts x {p['policy_rollouts']} "
@@ -38,6 +39,11 @@ def _head(r: dict) -> list[str]:
         + ").",
         "",
     ]
+
+
+def _from(r: dict) -> str:
+    start = r["protocol"].get("heldout_offset") or 0
+    return f" (scorable IFEval prompts {start + 1}-{start + r['args']['heldout']})" if start else ""
 
 
 def _criteria(r: dict) -> list[str]:
