@@ -95,11 +95,12 @@ def split(name: str) -> list[Prompt]:
     return [Prompt(row, anchors[row.id]) for row in load_rows(path)]
 
 
-def heldout(n: int | None = None) -> list[Prompt]:
-    """The first ``n`` held-out IFEval prompts (file order) whose checkers all run here; all of them for None."""
+def heldout(n: int | None = None, start: int = 0) -> list[Prompt]:
+    """``n`` held-out IFEval prompts (file order) whose checkers all run here, from the ``start``-th such prompt on;
+    all of them for None."""
     missing = unavailable_instructions()
     rows = [r for r in load_rows(bundled(HELDOUT_FILE)) if scorable(r, missing)]
-    return [Prompt(r) for r in rows[:n]]
+    return [Prompt(r) for r in rows[start : None if n is None else start + n]]
 
 
 def main(argv: list[str]) -> int:

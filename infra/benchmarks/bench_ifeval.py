@@ -43,10 +43,14 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 from dr_core.paths import cache_dir  # noqa: E402
 from infra.benchmarks.ifeval import evaluator, policy  # noqa: E402
 from infra.benchmarks.ifeval.protocol import PROTOCOL, SMOKE  # noqa: E402
+from infra.benchmarks.ifeval.protocol_v2 import PROTOCOL_V2, SMOKE_V2  # noqa: E402
 from infra.benchmarks.ifeval.render import markdown  # noqa: E402
 from infra.benchmarks.ifeval.run import Run  # noqa: E402
 from infra.benchmarks.ifeval.stats import hierarchical_ci  # noqa: E402
 from infra.benchmarks.learning.run import log  # noqa: E402
+
+#: Each version's (protocol, smoke protocol).
+PROTOCOLS = {1: (PROTOCOL, SMOKE), 2: (PROTOCOL_V2, SMOKE_V2)}
 
 
 def parser() -> argparse.ArgumentParser:
@@ -55,6 +59,14 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--workdir", type=Path, default=None, help="scratch (default: the cache's bench-ifeval dir)")
     ap.add_argument("--fresh", action="store_true", help="delete the work directory's earlier phases first")
     ap.add_argument("--smoke", action="store_true", help="every phase on tiny sizes (the protocol's SMOKE)")
+    ap.add_argument(
+        "--protocol",
+        type=int,
+        choices=sorted(PROTOCOLS),
+        default=1,
+        help="the protocol's version: 1 (protocol.py, its result bench_ifeval.json) or 2 (protocol_v2.py: the control "
+        "at a larger budget on fresh held-out prompts, bench_ifeval_v2.json); default 1",
+    )
     for role in ("policy", "generator", "verifier"):
         ap.add_argument(f"--{role}-model", default=None, help=f"override the protocol's {role} (smoke runs only)")
     ap.add_argument("--render", type=Path, help="print a finished result JSON's tables as Markdown and exit")
@@ -76,11 +88,12 @@ def main() -> None:
         ap.error(
             "--policy-model, --generator-model and --verifier-model are for --smoke runs: the protocol names its models"
         )
-    work = args.workdir or cache_dir() / ("bench-ifeval-smoke" if args.smoke else "bench-ifeval")
+    suffix = "" if args.protocol == 1 else f"-v{args.protocol}"
+    work = args.workdir or cache_dir() / (("bench-ifeval-smoke" if args.smoke else "bench-ifeval") + suffix)
     if args.fresh:
         shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True, exist_ok=True)
-    benchmark(Run(SMOKE if args.smoke else PROTOCOL, work, args.output, models))
+    benchmark(Run(PROTOCOLS[args.protocol][args.smoke], work, args.output, models))
 
 
 class Verifier:

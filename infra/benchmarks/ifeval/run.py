@@ -17,6 +17,8 @@ from infra.benchmarks.ifeval.protocol import Protocol
 from infra.benchmarks.learning.run import Phases, log
 
 PROTOCOL_FILE = Path(__file__).with_name("protocol.py")
+#: Each version's protocol file, whose SHA-256 a result records (version 2's builds on version 1's).
+PROTOCOL_FILES = {1: PROTOCOL_FILE, 2: Path(__file__).with_name("protocol_v2.py")}
 ROOT = Path(__file__).resolve().parents[3]
 
 
@@ -39,18 +41,22 @@ class Run:
     def __init__(self, protocol: Protocol, work: Path, output: Path, models: dict[str, str] | None = None):
         self.p, self.work, self.output = protocol, work, output
         self.phases = Phases(work)
+        version = getattr(protocol, "version", 1)
         self.train = testbed.split("train")[: protocol.train_limit]
         self.tune = testbed.split("tune")[: protocol.tune_limit]
-        self.held = testbed.heldout(protocol.heldout)
+        self.held = testbed.heldout(protocol.heldout, start=getattr(protocol, "heldout_offset", 0))
         words = {"policy": protocol.policy_model, "generator": protocol.generator_model}
         words["verifier"] = protocol.verifier_model
         words |= models or {}
         self.models = {role: checkpoint(w) for role, w in words.items()}
         self.result: dict = {
             "benchmark": "ifeval",
-            "version": 1,
+            "version": version,
             "protocol": asdict(protocol),
-            "protocol_sha256": hashlib.sha256(PROTOCOL_FILE.read_bytes()).hexdigest(),
+            "protocol_sha256": hashlib.sha256(PROTOCOL_FILES[version].read_bytes()).hexdigest(),
+            "protocol_files": {
+                f.name: hashlib.sha256(f.read_bytes()).hexdigest() for v, f in PROTOCOL_FILES.items() if v <= version
+            },
             "models": {role: str(path) for role, path in self.models.items()},
             "args": {"heldout": len(self.held), "train": len(self.train), "tune": len(self.tune)},
         }
