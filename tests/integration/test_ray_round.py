@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -40,9 +41,17 @@ def _alive_nodes(gcs: str, env: dict) -> int:
     return int(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 and out.stdout.strip() else 0
 
 
+def _client_server_logs(root: Path) -> str:
+    """The Ray client servers' stderr under this cluster's temp dir: why a ``ray://`` connection failed."""
+    errs = sorted(root.glob("session_*/logs/ray_client_server*.err"))
+    return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-4000:]}" for p in errs) or "(no client server log)"
+
+
 @pytest.fixture(scope="module")
 def ray_cluster(tmp_path_factory):
-    """``ray://127.0.0.1:PORT`` of a head (0 CPUs) and two 1-CPU worker nodes, all on loopback."""
+    """(``ray://127.0.0.1:PORT``, the cluster's temp dir) of a head (0 CPUs) and two 1-CPU worker nodes, all on
+    loopback. The temp dir is this cluster's own (short: Ray's socket paths must fit 107 bytes), so its logs are
+    not mixed with another Ray's in /tmp/ray and a failure can show them."""
     pytest.importorskip("prefect_ray", reason="prefect-ray is not installed")
     ray_bin = shutil.which("ray", path=str(Path(sys.executable).parent))
     if ray_bin is None:
@@ -53,7 +62,8 @@ def ray_cluster(tmp_path_factory):
     # no token auth on this loopback test cluster: a token file another Ray cluster of this machine left in
     # ~/.ray would make the worker nodes' start fail ("InvalidAuthToken")
     env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", OMP_NUM_THREADS="1", RAY_AUTH_MODE="disabled")
-    common = ["--node-ip-address", "127.0.0.1", "--disable-usage-stats", "--block"]
+    root = Path(tempfile.mkdtemp(prefix="dr-ray-", dir="/tmp"))  # where Ray itself would put it
+    common = ["--node-ip-address", "127.0.0.1", "--disable-usage-stats", "--temp-dir", str(root), "--block"]
     procs: list[subprocess.Popen] = []
 
     def start(name: str, args: list[str]) -> subprocess.Popen:
@@ -89,10 +99,11 @@ def ray_cluster(tmp_path_factory):
         for i in range(2):
             start(f"worker{i}", ["--address", gcs, "--num-cpus", "1"])
         wait_until(lambda: _alive_nodes(gcs, env) == 3, timeout=120, interval=1, what="3 live Ray nodes")
-        yield f"ray://127.0.0.1:{client_port}"
+        yield f"ray://127.0.0.1:{client_port}", root
     finally:
         for proc in reversed(procs):
             _stop(proc)
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def test_sharded_round_on_ray_workers_gives_the_unsharded_rows(
@@ -121,7 +132,11 @@ def test_sharded_round_on_ray_workers_gives_the_unsharded_rows(
         flow_fn = round_flow if runner is None else round_flow.with_options(task_runner=runner)
         return flow_fn(RoundParams(config=config, store=store, run_id="ray", round_no=1, run_eval=False))
 
-    on_ray = run(str(tmp_path / "ray"), cfg, make_task_runner(ray_cluster))
+    address, root = ray_cluster
+    try:
+        on_ray = run(str(tmp_path / "ray"), cfg, make_task_runner(address))
+    except Exception as exc:  # a failed ray:// connection names a log on the head: show it
+        raise AssertionError(f"the round on Ray failed: {exc}\n{_client_server_logs(root)}") from exc
     steps = on_ray["steps"]
     for step in ("sample", "generate-rubrics", "verify"):
         assert [steps[f"{step}/shard-{i}"]["state"] for i in range(2)] == ["Completed", "Completed"], steps
