@@ -13,7 +13,7 @@ import typer
 from typer.core import TyperGroup
 
 from cli import demo, doctor, evaluation, models, report, runs, serving, store_commands
-from cli.output import DEBUG, error_line, fail, project_errors
+from cli.output import Invocation, debug_of, error_line, fail, project_errors
 
 
 class _Commands(TyperGroup):
@@ -25,7 +25,7 @@ class _Commands(TyperGroup):
         except BrokenPipeError:  # the reader went away (`dr ... | head`): click's main exits 1 quietly
             raise
         except Exception as exc:
-            if DEBUG["on"] or not isinstance(exc, project_errors()):
+            if debug_of(ctx) or not isinstance(exc, project_errors()):
                 raise
             fail(error_line(exc))
 
@@ -42,6 +42,7 @@ app = typer.Typer(
 
 @app.callback()
 def _root(
+    ctx: typer.Context,
     debug: bool = typer.Option(
         False,
         "--debug",
@@ -50,7 +51,7 @@ def _root(
     ),
 ) -> None:
     """dynamicrubric: co-evolve a rubric generator and a policy (DynamicRubric), score, query and report."""
-    DEBUG["on"] = debug  # per invocation (typer reads DR_DEBUG into it)
+    ctx.obj = Invocation(debug=debug)  # this invocation only (typer reads DR_DEBUG into it)
 
 
 # -- the command table: no model, store, evaluator, service, then the Prefect-run ones -----------------------------

@@ -11,10 +11,11 @@ import json
 from dataclasses import asdict
 from typing import Optional
 
+import click
 import typer
 
 from cli.options import STORE_HELP
-from cli.output import DEBUG, console, styled
+from cli.output import console, debug_of, styled
 
 _STYLES = {"ok": "green", "problem": "bold red", "note": "yellow"}
 
@@ -36,7 +37,7 @@ def doctor(
     """
     from dr_core.runs.doctor import problems, run_checks
 
-    findings = run_checks(store, timeout_s=timeout, raise_errors=DEBUG["on"])
+    findings = run_checks(store, timeout_s=timeout, raise_errors=debug_of(click.get_current_context(silent=True)))
     bad = problems(findings)
     if as_json:
         typer.echo(json.dumps({"problems": len(bad), "findings": [asdict(f) for f in findings]}, indent=2))

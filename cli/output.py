@@ -1,56 +1,46 @@
 """What every command shows the user: the stdout and stderr consoles, styled lines, and the one error path.
 
-One error path: a project error (bad input, config, model, engine, store or query; ``project_errors()``) raised
-anywhere below a command is printed as ONE line on stderr (``error: ...``, user text printed verbatim, never read
-as markup) and exits 2. ``--debug`` (or ``DR_DEBUG=1``) shows its traceback instead (``DEBUG``). Anything else is a
-bug: its traceback and exit 1.
+One error path: a project error (any ``DRError``, a refused configuration, an unreadable file; ``project_errors()``)
+raised anywhere below a command is printed as ONE line on stderr (``error: ...``, user text printed verbatim, never
+read as markup) and exits 2. ``--debug`` (or ``DR_DEBUG=1``) shows its traceback instead (``Invocation``, click's
+``ctx.obj``). Anything else is a bug: its traceback and exit 1.
 """
 
 from __future__ import annotations
 
-import os
+from dataclasses import dataclass
 
+import click
 import typer
 from rich.console import Console
 from rich.text import Text
-
-#: Set by ``--debug`` / ``DR_DEBUG``: re-raise project errors with their traceback.
-DEBUG = {"on": os.environ.get("DR_DEBUG", "").lower() in ("1", "true", "yes")}
 
 # User text (SQL, file names, ids, model output) is printed verbatim: markup off everywhere; styles are explicit.
 console = Console(markup=False, highlight=False)
 err_console = Console(stderr=True, markup=False, highlight=False)
 
 
+@dataclass(frozen=True)
+class Invocation:
+    """What the root options say for one ``dr`` invocation, kept as click's ``ctx.obj`` (``debug_of`` reads it)."""
+
+    debug: bool = False
+
+
+def debug_of(ctx: click.Context | None) -> bool:
+    """True when this invocation asked for tracebacks (``--debug`` / ``DR_DEBUG``)."""
+    obj = ctx.find_root().obj if ctx is not None else None
+    return isinstance(obj, Invocation) and obj.debug
+
+
 def project_errors() -> tuple[type[BaseException], ...]:
-    """The exception types that mean "the user must fix something" (exit 2), imported lazily (no torch, no vllm)."""
+    """The exception types that mean "the user must fix something" (exit 2): every project error (``DRError``), a
+    configuration pydantic refused, and a file the system refused (``OSError`` names it)."""
     from pydantic import ValidationError
 
-    from dr_core.config import ConfigError
-    from dr_core.datasets import DataError
-    from dr_core.engines.base import EngineError
-    from dr_core.model import ModelError
-    from dr_core.report.collect import ReportError
-    from dr_core.runs.ingest import CommandError
-    from dr_core.runs.reward_model import RewardModelError
-    from dr_core.service.server import ServeError
-    from dr_core.store.artifacts import StoreError
-    from dr_core.store.sql import QueryError
+    from dr_core.errors import DRError
 
-    return (
-        DataError,
-        ConfigError,
-        EngineError,
-        ModelError,
-        RewardModelError,
-        QueryError,
-        StoreError,
-        CommandError,
-        ReportError,
-        ServeError,
-        ValidationError,
-        OSError,
-    )
+    return (DRError, ValidationError, OSError)
 
 
 def error_line(exc: BaseException) -> str:

@@ -23,12 +23,14 @@ from dataclasses import field as dc_field
 from pathlib import Path
 from typing import Callable, Iterator, TypeVar
 
+from dr_core.errors import DRError
+
 T = TypeVar("T")
 
 FORMATS = ("ranked", "pairwise", "listwise", "sets", "prompts", "policy_eval", "verifiable", "answers")
 
 
-class DataError(ValueError):
+class DataError(DRError, ValueError):
     """A malformed input line: says where (file, line, field) and what is wrong."""
 
     def __init__(self, path: str | Path, line: int, field: str | None, message: str):
@@ -255,7 +257,7 @@ def _parse_int(token: str) -> int | _Bad:
         return _Bad(f"integer {_short(token)} is too long (more than {sys.get_int_max_str_digits()} digits)")
 
 
-class _DuplicateKey(Exception):
+class _DuplicateKey(DRError):
     pass
 
 

@@ -38,8 +38,8 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from dr_core.constants import COMPLETE_MARKER  # written last into a finished checkpoint: the GGUF hash it came from
-from dr_core.hashing import sha256_file
-from dr_core.paths import cache_dir
+from dr_core.errors import DRError
+from dr_core.paths import cache_dir, sha256_file
 from dr_core.store.atomic import publish_dir
 
 #: The model name that means "the default bundled model" in engine configs.
@@ -48,7 +48,7 @@ DEFAULT_ALIAS = "default"
 Log = Callable[[str], None]
 
 
-class ModelError(RuntimeError):
+class ModelError(DRError, RuntimeError):
     """A bundled model cannot be found, verified or converted; the message says what to do."""
 
 

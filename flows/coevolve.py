@@ -111,7 +111,7 @@ def coevolve_flow(params: CoevolveParams) -> dict:
         "run_id": params.run_id,
         "numerics": numbers,
         "rounds": rounds,
-        "steps": dict(steps.log),
+        "steps": steps.log.entries(),
         "generator": gen.model_dump(),
         "policy": pol.model_dump(),
         "warnings": found,

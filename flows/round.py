@@ -47,7 +47,7 @@ def round_flow(params: RoundParams) -> dict:
         "round": params.round_no,
         "numerics": numbers,
         "summary": result.summary,
-        "steps": dict(steps.log),
+        "steps": steps.log.entries(),
         "artifacts": {k: v.uri for k, v in result.artifacts.items()},
     }
 

@@ -59,7 +59,7 @@ def stale_fresh_flow(params: StaleFreshParams) -> dict:
         "fresh_generator": p["fresh_generator"],
         "verifier": verifier,
         "summary": summary,
-        "steps": dict(steps.log),
+        "steps": steps.log.entries(),
     }
 
 

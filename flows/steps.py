@@ -32,16 +32,15 @@ STAGE = "measure"
 RUNNING = round_tasks.RUNNING
 
 
-def run_step(task, record: dict, name: str, *args, check=None, **kwargs):
+def run_step(task, log: StepLog, name: str, *args, check=None, **kwargs):
     """Run a task, note whether it ran or came from the cache, when it started, how long it took and the peak
     resident memory of this process meanwhile (``peak_rss_mb``, sampled every 0.2 s: dr_core.resources), tell the
     progress sink (``progress.step_finished``: the CLI's step line), return its result (a failed step is noted as
-    Failed, then its error is raised). A ``StepLog`` writes the step's row when it starts (Running) and again when
+    Failed, then its error is raised). The ``StepLog`` writes the step's row when it starts (Running) and again when
     it ends, so a killed process leaves every finished step, and the one it died in, in the store. ``check``
     (result -> problems): a step served from the cache whose result fails it is warned about and run again, its
     cache record replaced (``Steps.run``: the parts and checkpoints it points at must still be in the store)."""
-    started = dt.datetime.now(dt.timezone.utc).isoformat()
-    _note(record, name, {"state": RUNNING, "seconds": None, "started_at": started, "peak_rss_mb": None})
+    started = log.started(name)
     start = time.perf_counter()
     with PeakRSS() as rss:
         state = task(*args, return_state=True, **kwargs)
@@ -52,54 +51,58 @@ def run_step(task, record: dict, name: str, *args, check=None, **kwargs):
                 "; ".join(problems),
             )
             state = task.with_options(refresh_cache=True)(*args, return_state=True, **kwargs)
-    seconds, peak = round(time.perf_counter() - start, 2), round(rss.peak_mb, 1)
-    _note(record, name, {"state": state.name, "seconds": seconds, "started_at": started, "peak_rss_mb": peak})
-    progress.step_finished(name, state.name, seconds, peak)
+    log.finished(name, state.name, time.perf_counter() - start, started, rss.peak_mb)
     return state.result()
 
 
-def _record(record: dict, name: str, state, started: str, seconds: float) -> None:
-    _note(record, name, {"state": state.name, "seconds": round(seconds, 2), "started_at": started, "peak_rss_mb": None})
-    progress.step_finished(name, state.name, round(seconds, 2))
-
-
-def _note(record: dict, name: str, entry: dict) -> None:
-    if isinstance(record, StepLog):
-        record.note(name, entry)
-    else:
-        record[name] = entry
-
-
-class StepLog(dict):
-    """A flow's step log (step name -> {"state", "seconds", "started_at", "peak_rss_mb"}, filled by ``run_step``)
-    that is also the store's ``steps`` table, written as it goes: ``note`` rewrites the current round's file (one
-    per flow run and round) when a step starts (state Running) and when it ends, so a process killed at any moment
-    leaves a row for every step it finished and a Running row for the one it died in. The first write of an
-    execution marks the Running rows that earlier executions of the run left as Interrupted (one execution of a run
-    at a time holds its lease: dr_core/store/lease.py, so a Running row of another execution is a dead one) and says
-    so in the flow's log. ``flush()`` writes the current round again as a Prefect task (retried on a transient store
-    error; a failed ``note`` write only warns); leaving a ``with`` block flushes, also when a step failed. So the
-    store answers which steps ran, which came from the cache, which failed or were interrupted, how long each took
-    and its peak memory (sql/step_times.sql), for every execution of a run."""
+class StepLog:
+    """A flow's step log (step name -> {"state", "seconds", "started_at", "peak_rss_mb"}: ``entries``), written to
+    the store's ``steps`` table as it goes: ``started`` and ``finished`` rewrite the current round's file (one per
+    flow run and round), so a process killed at any moment leaves a row for every step it finished and a Running row
+    for the one it died in; each also tells the progress sink when a step ends (the CLI's step line). The first write
+    of an execution marks the Running rows that earlier executions of the run left as Interrupted (one execution of a
+    run at a time holds its lease: dr_core/store/lease.py, so a Running row of another execution is a dead one) and
+    says so in the flow's log. ``flush()`` writes the current round again as a Prefect task (``record-steps``,
+    retried on a transient store error; a failed write from ``started``/``finished`` only warns); leaving a ``with``
+    block flushes, also when a step failed. So the store answers which steps ran, which came from the cache, which
+    failed or were interrupted, how long each took and its peak memory (sql/step_times.sql), for every execution of
+    a run. ``round``: the round whose file the next writes go to (a co-evolution moves it on)."""
 
     def __init__(self, ctx: StepContext):
-        super().__init__()
         self.ctx = ctx
         self.round = ctx.round_no
+        self._entries: dict[str, dict] = {}
         self._round_of: dict[str, int] = {}
         self._closed_earlier = False
 
-    def _entries(self) -> dict:
-        for name in self:
-            self._round_of.setdefault(name, self.round)
-        return {k: v for k, v in self.items() if self._round_of[k] == self.round}
+    def entries(self) -> dict[str, dict]:
+        """Every step logged so far, in every round, by name (a copy)."""
+        return {name: dict(entry) for name, entry in self._entries.items()}
 
-    def note(self, name: str, entry: dict) -> None:
+    def started(self, name: str) -> str:
+        """Log ``name`` as Running from now; returns its start time (ISO 8601, UTC)."""
+        at = dt.datetime.now(dt.timezone.utc).isoformat()
+        self._write(name, {"state": RUNNING, "seconds": None, "started_at": at, "peak_rss_mb": None})
+        return at
+
+    def finished(
+        self, name: str, state: str, seconds: float, started_at: str, peak_rss_mb: float | None = None
+    ) -> None:
+        """Log how ``name`` ended (its Prefect state's name), how long it took and its sampled peak memory."""
+        seconds, peak = round(seconds, 2), None if peak_rss_mb is None else round(peak_rss_mb, 1)
+        self._write(name, {"state": state, "seconds": seconds, "started_at": started_at, "peak_rss_mb": peak})
+        progress.step_finished(name, state, seconds, peak)
+
+    def _current(self) -> dict:
+        return {k: v for k, v in self._entries.items() if self._round_of[k] == self.round}
+
+    def _write(self, name: str, entry: dict) -> None:
         """Log ``entry`` under ``name`` and write the current round's rows now (a failed write warns; the flow
         goes on, and ``flush`` writes them again)."""
         from prefect.runtime import flow_run
 
-        self[name] = entry
+        self._entries[name] = entry
+        self._round_of.setdefault(name, self.round)
         execution = flow_run.id or ""
         try:
             if not self._closed_earlier:
@@ -112,8 +115,8 @@ class StepLog(dict):
                         gone["step"],
                         gone["started_at"],
                     )
-            round_tasks.record_steps.fn(
-                self.ctx.at(round_no=self.round), flow_run.flow_name or "", execution, self._entries()
+            round_tasks.write_step_rows(
+                self.ctx.at(round_no=self.round), flow_run.flow_name or "", execution, self._current()
             )
         except Exception as err:  # noqa: BLE001 - the step log must never fail the step it logs
             get_run_logger().warning(
@@ -123,7 +126,7 @@ class StepLog(dict):
     def flush(self) -> str | None:
         from prefect.runtime import flow_run
 
-        entries = self._entries()
+        entries = self._current()
         if not entries:
             return None
         ctx = self.ctx.at(round_no=self.round)
@@ -192,7 +195,7 @@ class Steps:
             futures = [task.submit(self.ctx, cfg, *args, shard=s) for s in shards]
         wait(futures)
         for s, fut in zip(shards, futures):
-            _record(self.log, s.label(name), fut.state, started, time.perf_counter() - start)
+            self.log.finished(s.label(name), fut.state.name, time.perf_counter() - start, started)
         return [fut.result() for fut in futures]  # the first failed shard's error, after every shard is done
 
     def remote(self, task, role: str, name: str, cfg: RoundConfig, *args):
@@ -204,7 +207,7 @@ class Steps:
         with runners.role_options(cfg.scale.for_role(role).remote_options()):
             fut = self._stored(task).submit(self.ctx, cfg, *args)
         wait([fut])
-        _record(self.log, name, fut.state, started, time.perf_counter() - start)
+        self.log.finished(name, fut.state.name, time.perf_counter() - start, started)
         return fut.result()
 
 
@@ -227,7 +230,7 @@ def measure(
     models = round_tasks.model_ids(cfg)
     if inputs is None:
         inputs = steps.run(round_tasks.select_inputs, prefix + "select-inputs", cfg, steps.ctx.store)
-    samples = sample_step(steps, cfg, inputs, models["policy"], prefix + "sample")
+    samples = sample_step(steps, cfg, inputs, models.policy, prefix + "sample")
     artifacts = {**dict(inputs), **score_sets(steps, cfg, inputs, samples, prefix)}
     if run_eval:
         artifacts["eval"] = steps.remote(
@@ -235,8 +238,8 @@ def measure(
             "verifier",
             prefix + "evaluate-evaluator",
             cfg,
-            models["generator"],
-            models["verifier"],
+            models.generator,
+            models.verifier,
         )
     artifacts = steps.run(round_tasks.adopt, prefix + "adopt-artifacts", steps.ctx, artifacts)
     summary = steps.run(round_tasks.summarise, prefix + "summarise", steps.ctx, artifacts)
@@ -257,7 +260,7 @@ def score_sets(
         cfg,
         inputs.prompts,
         samples,
-        models["generator"],
+        models.generator,
         table="rubrics",
     )
     verdicts = steps.model_step(
@@ -269,7 +272,7 @@ def score_sets(
         samples,
         inputs.anchors,
         rubrics,
-        models["verifier"],
+        models.verifier,
         table="verdicts",
     )
     scored = steps.run(round_tasks.score, prefix + "score", steps.ctx, rubrics, verdicts)

@@ -22,6 +22,7 @@ from prefect import task
 
 from dr_core import progress
 from dr_core.config import RoundConfig
+from dr_core.engines.identity import ModelIds
 from dr_core.runs import round_steps
 from dr_core.runs.refs import ArtifactRef, EvalRef, RoundInputs, Scored, ShardRef, StepContext
 from dr_core.runs.shards import Shard, ShardError, add_costs, in_shard
@@ -29,7 +30,7 @@ from dr_core.runs.shards import merge as merge_rows
 from dr_core.runs.shards import ordered as shard_order
 from dr_core.store.artifacts import Store
 from tasks.options import content_cache_key, retry_on_transient
-from tasks.runtime import engine_for, in_run, model_id, read_rows, write_ref
+from tasks.runtime import engine_for, in_run, read_rows, write_ref
 
 #: Shared by every step: cached by content, persisted, retried on transient failure only.
 STEP = dict(
@@ -265,13 +266,18 @@ def close_interrupted(ctx: StepContext, execution: str) -> list[dict]:
     return marked
 
 
-@task(name="record-steps", **RECORD_STEP)
-def record_steps(ctx: StepContext, flow: str, execution: str, entries: dict) -> str:
+def write_step_rows(ctx: StepContext, flow: str, execution: str, entries: dict) -> str:
     """The flow's step log for one round as ``steps`` rows, one file per (execution, round): a rewrite replaces it."""
     rows = round_steps.step_rows(entries, flow, execution)
     return Store.from_url(ctx.store).write("steps", rows, part=f"exec-{execution}", **ctx.partition)
 
 
-def model_ids(cfg: RoundConfig) -> dict[str, str]:
+@task(name="record-steps", **RECORD_STEP)
+def record_steps(ctx: StepContext, flow: str, execution: str, entries: dict) -> str:
+    """``write_step_rows`` as a step of its own (retried on a transient store error): a round's last write."""
+    return write_step_rows(ctx, flow, execution, entries)
+
+
+def model_ids(cfg: RoundConfig) -> ModelIds:
     """Identity of each role's model (for artifacts and cache keys)."""
-    return {role: model_id(getattr(cfg.engines, role)) for role in ("generator", "verifier", "policy")}
+    return ModelIds.of(cfg.engines)

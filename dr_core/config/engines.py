@@ -42,6 +42,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
 from dr_core.constants import ENGINE_ROLES
+from dr_core.errors import DRError
 from dr_core.model import BUNDLED, DEFAULT_ALIAS, is_bundled
 
 #: The model name that means "the default bundled model" (``dr model prepare``): the registry's alias.
@@ -54,7 +55,7 @@ VerdictMode = Literal["choice", "calibrated", "balanced"]
 VerifierPrompt = Literal["system", "plain"]
 
 
-class ConfigError(ValueError):
+class ConfigError(DRError, ValueError):
     """A config that cannot work, with the fix in the message."""
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass
 
+from dr_core.errors import DRError
 from dr_core.scoring.mathutil import logsumexp
 
 Message = dict[str, str]
@@ -54,7 +55,7 @@ class Completion:
         return tuple(r == FINISH_LENGTH for r in self.finish_reasons)
 
 
-class EngineError(RuntimeError):
+class EngineError(DRError, RuntimeError):
     """The engine could not run a request (server down, bad model, request rejected)."""
 
 
@@ -96,6 +97,14 @@ class Engine(abc.ABC):
         logprobs: return the top-``logprobs`` log-probabilities of each generated token in
         ``Completion.top_logprobs`` (1..MAX_LOGPROBS; only where ``supports_logprobs``). None: not returned.
         """
+
+    def measured(self) -> dict:
+        """Values measured once for this engine object and kept with it, so they go when it goes: the verifier's
+        verdict thresholds by (mode, prompt style), written by ``dr_core.evaluator.calibrate``."""
+        cache = self.__dict__.get("_measured")
+        if cache is None:
+            cache = self.__dict__["_measured"] = {}
+        return cache
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Free the model (an in-process engine) or the connection pool (HTTP)."""

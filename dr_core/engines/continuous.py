@@ -2,12 +2,12 @@
 of one running engine batch, each call answered as soon as its own requests finish.
 
 ``vllm.LLM.generate`` runs a batch to its end and is not safe to call from two threads. ``ContinuousEngine`` wraps a
-``VLLMEngine`` and hands its requests to one driver thread (``_Driver``, one per process) that owns the wrapped
-engines: it adds waiting requests to their engine (``LLMEngine.add_request``, output kind FINAL_ONLY, as
-``LLM.generate`` does), runs one scheduler step of each engine with work in turn, those of the highest
-``priority`` first (``LLMEngine.step``: vLLM's scheduler admits new requests into the running batch at every step)
-and resolves a request as soon as its final output comes back. Steps of different engines never overlap, so two
-models in one process share the CPU as before.
+``VLLMEngine`` and hands its requests to a driver thread (``Driver``, one per owner: the reward service holds one for
+its generator and verifier) that steps the wrapped engines: it adds waiting requests to their engine
+(``LLMEngine.add_request``, output kind FINAL_ONLY, as ``LLM.generate`` does), runs one scheduler step of each engine
+with work in turn, those of the highest ``priority`` first (``LLMEngine.step``: vLLM's scheduler admits new requests
+into the running batch at every step) and resolves a request as soon as its final output comes back. Steps of the
+engines of one driver never overlap, so two models of one service share the CPU as before.
 
 A conversation sends exactly what ``VLLMEngine.chat`` sends (``VLLMEngine.prepare``: the same prompt tokens, the
 same ``SamplingParams``, the same per-conversation seed), so its samples do not depend on what else is running.
@@ -61,8 +61,9 @@ class _Request:
     logprobs: int | None
 
 
-class _Driver:
-    """The one thread that steps every continuous engine of the process (started on first use)."""
+class Driver:
+    """The thread that steps the continuous engines registered with it: started by the first, ended after the last
+    leaves. Engines that share one driver never step at the same time and obey each other's ``priority``."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
@@ -86,11 +87,19 @@ class _Driver:
         with self._cond:
             self._cond.notify_all()
 
+    def running(self) -> bool:
+        """True while the driver's thread is alive (it has engines, or has not yet seen the last leave)."""
+        with self._cond:
+            return self._thread is not None and self._thread.is_alive()
+
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not any(e.has_work() for e in self._engines):
+                while self._engines and not any(e.has_work() for e in self._engines):
                     self._cond.wait(1.0)
+                if not self._engines:  # the last engine left: the thread ends (a new one starts on register)
+                    self._thread = None
+                    return
                 busy = [e for e in self._engines if e.has_work()]
                 top = max(e.priority for e in busy)
             for engine in busy:
@@ -99,9 +108,6 @@ class _Driver:
                         engine.step_once()
                     except Exception as exc:  # e.g. the engine was closed under it: fail its calls, drive the rest
                         engine.fail_running(exc)
-
-
-_DRIVER = _Driver()
 
 
 class ContinuousEngine(Engine):
@@ -114,8 +120,10 @@ class ContinuousEngine(Engine):
 
     thread_safe = True
 
-    def __init__(self, inner, priority: int = 0) -> None:
+    def __init__(self, inner, priority: int = 0, driver: Driver | None = None) -> None:
+        """``driver``: the one to share with the caller's other continuous engines (None: a driver of its own)."""
         self.inner, self.priority = inner, priority
+        self.driver = driver if driver is not None else Driver()
         self.model_name = inner.model_name
         self.supports_logprobs = inner.supports_logprobs
         self._lock = threading.Lock()  # the inbox, the running requests, the tokenizer
@@ -123,7 +131,7 @@ class ContinuousEngine(Engine):
         self._running: dict[str, _Request] = {}
         self._ids = itertools.count()
         self._closed = False
-        _DRIVER.register(self)
+        self.driver.register(self)
 
     # -- callers' side ------------------------------------------------------------------------------------------
     def chat(
@@ -158,7 +166,7 @@ class ContinuousEngine(Engine):
                 raise EngineError(f"{self.model_name}: the engine is closed")
             for i in fits:
                 self._inbox.append(_Request(f"c{next(self._ids)}", prompts[i], params[i], call, i, logprobs))
-        _DRIVER.wake()
+        self.driver.wake()
         call.done.wait()
         if call.error is not None:
             raise call.error
@@ -172,7 +180,7 @@ class ContinuousEngine(Engine):
             self._inbox, self._running = [], {}
         for req in waiting:
             req.call.fail(EngineError(f"{self.model_name}: the engine was closed before this request finished"))
-        _DRIVER.unregister(self)
+        self.driver.unregister(self)
 
     # -- the driver's side --------------------------------------------------------------------------------------
     def has_work(self) -> bool:
@@ -248,13 +256,13 @@ class _Serialized(Engine):
             return self.inner.chat(conversations, **kwargs)
 
 
-def make_concurrent(engine: Engine, priority: int = 0) -> Engine:
-    """``engine`` made safe for ``chat`` from many threads at once (module docstring); ``priority``: the continuous
-    engine's, if it becomes one."""
+def make_concurrent(engine: Engine, priority: int = 0, driver: Driver | None = None) -> Engine:
+    """``engine`` made safe for ``chat`` from many threads at once (module docstring); ``priority`` and ``driver``:
+    the continuous engine's, if it becomes one (engines given one driver take turns by priority)."""
     if getattr(engine, "thread_safe", False):
         return engine
     from dr_core.engines.vllm_engine import VLLMEngine
 
     if isinstance(engine, VLLMEngine):
-        return ContinuousEngine(engine, priority)
+        return ContinuousEngine(engine, priority, driver)
     return _Serialized(engine)

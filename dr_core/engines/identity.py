@@ -1,15 +1,16 @@
 """A model's identity for artifacts and cache keys (``model_id``): what a stored row names as its model, and what a
-step's cache key sees instead of a checkpoint's location."""
+step's cache key sees instead of a checkpoint's location; ``ModelIds``: the three roles' at once."""
 
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from dr_core.config import EngineConfig, redact_url
-from dr_core.hashing import update_from_file
+from dr_core.config import EngineConfig, EnginesConfig, redact_url
 from dr_core.model import is_bundled, model_identity
+from dr_core.paths import update_from_file
 
 #: Files of a checkpoint directory that record how it was made, not what it is: a run record (the trainer's
 #: result.json: timings, scratch paths) would give the same weights another identity when an update is re-done.
@@ -49,3 +50,16 @@ def model_id(cfg: EngineConfig) -> str:
 def dir_identity(path: str | Path) -> str:
     """A local checkpoint directory's identity: its name and a hash of its files (configs, weights, tokenizer)."""
     return f"{Path(path).name}@{_dir_fingerprint(str(Path(path).expanduser().resolve()))}"
+
+
+@dataclass(frozen=True)
+class ModelIds:
+    """The identity (``model_id``) of each role's model in a round: what its rows name and its cache keys see."""
+
+    generator: str
+    verifier: str
+    policy: str
+
+    @classmethod
+    def of(cls, engines: EnginesConfig) -> ModelIds:
+        return cls(**{role: model_id(getattr(engines, role)) for role in ("generator", "verifier", "policy")})

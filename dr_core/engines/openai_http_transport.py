@@ -45,6 +45,7 @@ import httpx
 from dr_core.config import EngineConfig
 from dr_core.engines.base import EngineError
 from dr_core.engines.openai_http_replies import excerpt
+from dr_core.errors import DRError
 
 #: The pause between attempts (a name of its own so tests can record it without patching time.sleep).
 _sleep = time.sleep
@@ -67,7 +68,7 @@ _UNREACHABLE = (httpx.NetworkError, httpx.ConnectTimeout, httpx.RemoteProtocolEr
 COUNTERS = ("requests", "answered", "failures", "marked_down", "moved")
 
 
-class EndpointDown(Exception):
+class EndpointDown(DRError):
     """A pinned request (the model listing of one endpoint) found its endpoint gone; it was marked down."""
 
 

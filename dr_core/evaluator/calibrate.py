@@ -3,7 +3,7 @@
 "calibrated" (contextual calibration, Zhao et al. 2021, "Calibrate Before Use"): yes iff the unconstrained
 first-token log-odds of yes vs no exceed their average over content-free checks. "balanced": the same log-odds, yes
 iff above their median over the bundled balanced probe. The threshold is measured once per engine object, mode and
-prompt style; that state lives here (``THRESHOLDS``, weakly keyed by engine, so it goes with the engine). Which
+prompt style and kept by the engine itself (``Engine.measured``), so it goes with the engine. Which
 procedure suits which model is measured, not assumed: infra/benchmarks/bench_verdicts.py and
 docs/how-to/evaluate-the-evaluator.md.
 """
@@ -14,7 +14,6 @@ import json
 import math
 import statistics
 import time
-import weakref
 from typing import Callable, Sequence
 
 from dr_core.config import VerdictMode, VerifierPrompt
@@ -39,10 +38,6 @@ CONTENT_FREE_CRITERIA = ("N/A", "[MASK]", "The response meets the criterion.")
 
 #: |log-odds| cap: a verdict word missing from the top-N gets the N-th log-probability, which may be -inf.
 _LOGODDS_CAP = 50.0
-
-
-#: verifier engine -> (verdict mode, prompt style) -> its threshold (None: its checks gave no yes/no log-probabilities)
-THRESHOLDS: "weakref.WeakKeyDictionary[Engine, dict[tuple[str, str], float | None]]" = weakref.WeakKeyDictionary()
 
 
 def _verdict_word(token: str) -> int | None:
@@ -120,18 +115,16 @@ def verdict_bias(
     if mode not in LOGODDS_MODES:
         raise ValueError(f"no threshold for verdict mode {mode!r}")
     style = style or verifier_prompt_of(engine)
-    known = THRESHOLDS.setdefault(engine, {})
-    if (mode, style) in known:
-        return known[(mode, style)]
+    known, key = engine.measured(), ("verdict_threshold", mode, style)  # None: no yes/no log-probabilities
+    if key in known:
+        return known[key]
     start = time.perf_counter()
     outs = ask_logodds(engine, content_free_checks() if mode == "calibrated" else probe_checks(), style)
     if stats is not None:
         stats.add(outs, time.perf_counter() - start)
     odds = [o for o in map(first_logodds, outs) if o is not None]
-    known[(mode, style)] = (
-        None if not odds else sum(odds) / len(odds) if mode == "calibrated" else statistics.median(odds)
-    )
-    return known[(mode, style)]
+    known[key] = None if not odds else sum(odds) / len(odds) if mode == "calibrated" else statistics.median(odds)
+    return known[key]
 
 
 def calibrated_verdict(logodds: float | None, bias: float) -> int | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 from collections import defaultdict
 
+from dr_core.errors import DRError
 from dr_core.scoring import signals
 from dr_core.store import sql
 from dr_core.store.schemas import TABLES, spec
@@ -19,7 +20,7 @@ STALE, FRESH = "stale", "fresh"
 WIN_METRICS = ("win_rate", "tie_rate", "win_rate_ci_low", "win_rate_ci_high", "n", "unscorable")
 
 
-class ReportError(ValueError):
+class ReportError(DRError, ValueError):
     """A report that cannot be made as asked (unknown run, bad output directory, every query failed)."""
 
 

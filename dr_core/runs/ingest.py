@@ -10,12 +10,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from dr_core.datasets import DataError, load_prompts, load_ranked
+from dr_core.errors import DRError
 from dr_core.store.artifacts import Store
 
 INGEST_KINDS = ("anchors", "prompts")
 
 
-class CommandError(ValueError):
+class CommandError(DRError, ValueError):
     """A user error: the CLI prints the message and exits non-zero; nothing has been written."""
 
 

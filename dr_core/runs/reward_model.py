@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
+from dr_core.errors import DRError
 from dr_core.evaluator.items import EvalItem
 from dr_core.rubric import prompts
 from dr_core.scoring.metrics import score_list_metrics
@@ -23,7 +24,7 @@ from dr_core.scoring.metrics import score_list_metrics
 Log = Callable[[str], None]
 
 
-class RewardModelError(ValueError):
+class RewardModelError(DRError, ValueError):
     """A directory that is not a usable scalar reward model (the message says why)."""
 
 

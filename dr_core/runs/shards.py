@@ -19,10 +19,12 @@ from collections.abc import Iterable, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from dr_core.errors import DRError
+
 Rows = list[dict]
 
 
-class ShardError(ValueError):
+class ShardError(DRError, ValueError):
     """A merge that cannot be trusted: a shard is missing or twice, a part lost rows, a set in the wrong shard."""
 
 

@@ -28,7 +28,8 @@ back-off (``attempts``, default 5: 1, 2, 4, 8 s); the same request id is sent ea
 service restart is answered once. A 4xx is a bug in the caller's data: ``RewardServiceError`` at once.
 
 httpx only: no torch, no TRL import. ``fill_unscorable`` is the service's own (``dr_core.service.answers``, which
-imports nothing but the standard library). A trainer that loads this file by path without the package installed
+imports nothing but the standard library), and ``RewardServiceError`` derives from the project's ``DRError``
+(``dr_core.errors``, likewise). A trainer that loads this file by path without the package installed
 (verl's ``custom_reward_function.path``) gets the same rule from the copy below, which
 tests/unit/test_service_logic.py checks against the service's.
 """
@@ -45,8 +46,12 @@ from typing import Any, Sequence
 import httpx
 
 try:
+    from dr_core.errors import DRError
     from dr_core.service.answers import fill_unscorable
 except ImportError:  # this file alone on a trainer machine: the service's rule, kept equal by a test
+
+    class DRError(Exception):  # type: ignore[no-redef]  # the project's error base is not there either
+        """Stands in for ``dr_core.errors.DRError`` when this file is used alone."""
 
     def fill_unscorable(rewards: Sequence[float | None]) -> tuple[list[float], list[float]]:
         """An unscorable reward becomes its set's mean scorable reward (0.0 when none is); 1.0/0.0 flags."""
@@ -58,7 +63,7 @@ except ImportError:  # this file alone on a trainer machine: the service's rule,
 RETRY_STATUS = (502, 503)
 
 
-class RewardServiceError(RuntimeError):
+class RewardServiceError(DRError, RuntimeError):
     """The service refused a request (4xx) or stayed unreachable/unavailable after every attempt."""
 
 

@@ -8,13 +8,15 @@
 - ``Unavailable``: not ready, shutting down, the queue full, or the engines or the store failed on a batch: 503, its
   ``reason`` the error code.
 
-Shared by every stage, like ``settings`` and ``metrics``: the standard library only.
+Shared by every stage, like ``settings`` and ``metrics``: the standard library and ``dr_core.errors`` only.
 """
 
 from __future__ import annotations
 
+from dr_core.errors import DRError
 
-class BadRequest(ValueError):
+
+class BadRequest(DRError, ValueError):
     """A request the service refuses (422): ``field`` is the dotted path of the offending field."""
 
     def __init__(self, field: str, message: str, status: int = 422):
@@ -22,11 +24,11 @@ class BadRequest(ValueError):
         self.field, self.message, self.status = field, message, status
 
 
-class TooManyGroups(RuntimeError):
+class TooManyGroups(DRError, RuntimeError):
     pass
 
 
-class GroupIncomplete(RuntimeError):
+class GroupIncomplete(DRError, RuntimeError):
     """A group whose last member did not arrive in time (504)."""
 
     def __init__(self, group_id: str, have: int, size: int, timeout_s: float):
@@ -37,7 +39,7 @@ class GroupIncomplete(RuntimeError):
         self.group_id, self.have, self.size = group_id, have, size
 
 
-class Unavailable(RuntimeError):
+class Unavailable(DRError, RuntimeError):
     """The engines or the store failed on a batch, or the service is not ready or too busy (503)."""
 
     def __init__(self, reason: str, message: str):

@@ -107,10 +107,12 @@ class Service:
     def _concurrent(self, generator: Engine, verifier: Engine) -> tuple[Engine, Engine]:
         """The engines made safe to call from every worker at once (``dr_core.engines.continuous``); closed (detached
         from the continuous driver) before the pool closes the engines themselves."""
-        from dr_core.engines.continuous import make_concurrent
+        from dr_core.engines.continuous import Driver, make_concurrent
 
-        # one wrapper for a shared engine; the verifier first: a set being verified finishes before more rubrics start
-        wrapped = {id(e): make_concurrent(e, priority) for e, priority in ((verifier, 1), (generator, 0))}
+        # one wrapper for a shared engine, one driver for both; the verifier first: a set being verified finishes
+        # before more rubrics start
+        driver = Driver()
+        wrapped = {id(e): make_concurrent(e, priority, driver) for e, priority in ((verifier, 1), (generator, 0))}
         inner_close = self._close_engines
 
         def close() -> None:

@@ -21,12 +21,13 @@ from typing import Callable
 
 from dr_core.config import EnginesConfig
 from dr_core.config.service import ServiceSettings
+from dr_core.errors import DRError
 from dr_core.store.artifacts import Store
 
 Log = Callable[[str], None]
 
 
-class ServeError(ValueError):
+class ServeError(DRError, ValueError):
     """``dr serve`` cannot start as asked (the message says what to fix)."""
 
 

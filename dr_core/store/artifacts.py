@@ -31,8 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dr_core.constants import SEGMENT_PATTERN
-from dr_core.hashing import update_from_file
-from dr_core.paths import cache_dir
+from dr_core.paths import cache_dir, update_from_file
 from dr_core.store import atomic, sql
 from dr_core.store.errors import StoreError, short_cause
 from dr_core.store.s3 import S3Options

@@ -45,11 +45,12 @@ from decimal import Decimal
 from pathlib import Path
 
 from dr_core import faults
+from dr_core.errors import DRError
 
 TEMP_SUFFIX = ".tmp"
 
 
-class OutputPathError(OSError):
+class OutputPathError(DRError, OSError):
     """An output path that cannot be written: says which and why (checked before any work)."""
 
     def __str__(self) -> str:  # the message alone, not "[Errno 21] ...: 'path'"

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from dr_core.errors import DRError
 
-class StoreError(RuntimeError):
+
+class StoreError(DRError, RuntimeError):
     """The store cannot be used as asked: one line naming the store (and the S3 endpoint) and the cause."""
 
 

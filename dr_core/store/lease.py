@@ -32,6 +32,7 @@ import time
 import uuid
 from pathlib import Path
 
+from dr_core.errors import DRError
 from dr_core.store.artifacts import Store
 from dr_core.store.atomic import write_json_atomic
 
@@ -40,7 +41,7 @@ LEASES = "_leases"
 TTL_S = 60.0
 
 
-class LeaseHeld(RuntimeError):
+class LeaseHeld(DRError, RuntimeError):
     """The run's lease is held by another process (``holder``: what it wrote about itself, or {})."""
 
     def __init__(self, run_id: str, store_url: str, holder: dict):

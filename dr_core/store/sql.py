@@ -21,6 +21,7 @@ from typing import Sequence
 import duckdb
 import pyarrow as pa
 
+from dr_core.errors import DRError
 from dr_core.paths import SQL_DIR
 
 #: The DuckDB names other packages need, so that only dr_core/store imports duckdb (tests/unit/test_structure.py).
@@ -36,7 +37,7 @@ _CONVERT = {
 }
 
 
-class QueryError(ValueError):
+class QueryError(DRError, ValueError):
     """A query name, parameter or statement the caller must fix (the message says how)."""
 
 

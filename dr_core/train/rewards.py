@@ -75,6 +75,7 @@ from dr_core import progress
 from dr_core.config.training import GRPOSettings
 from dr_core.constants import UNSCORABLE
 from dr_core.engines.base import Engine
+from dr_core.errors import DRError
 from dr_core.evaluator.generate import shuffled_order
 from dr_core.evaluator.items import EvalItem, GeneratedRubric
 from dr_core.evaluator.score import evaluate_sets, score_rubrics
@@ -84,7 +85,7 @@ from dr_core.scoring.equations import anchor_reward, combined_advantages
 from dr_core.train.rows import GeneratorRow, OnRollouts, PolicyRow
 
 
-class GroupSplitError(RuntimeError):
+class GroupSplitError(DRError, RuntimeError):
     """A reward call got a group of rollouts that is split or incomplete: its set-level reward cannot be computed."""
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from dr_core import progress
+from dr_core.errors import DRError
 from dr_core.train.launch import PROGRESS_PREFIX
 
 #: Lines of the launch's output kept for the error message (all of them go to ``OUT/launch/launch.log``).
@@ -29,7 +30,7 @@ TAIL_LINES = 40
 STOP_GRACE_S = 30.0
 
 
-class LaunchError(RuntimeError):
+class LaunchError(DRError, RuntimeError):
     """A launched update failed (a rank crashed, ran out of memory, a machine was unreachable). Not bad input: the
     task retries it, and the retry resumes from the last checkpoint."""
 

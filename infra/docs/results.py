@@ -17,6 +17,7 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
+from dr_core.errors import DRError
 from infra.docs import md, tables
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,7 +30,7 @@ MARKER = re.compile(r"^[ \t]*<!--\s*dr:results\s+(\S+?)\s*-->[ \t]*$", re.MULTIL
 FIELDS = ("title", "date", "machine", "command")
 
 
-class UnknownResult(ValueError):
+class UnknownResult(DRError, ValueError):
     """A marker names a file that is not in infra/benchmarks/results/ (or has no provenance)."""
 
 

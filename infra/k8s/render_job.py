@@ -29,6 +29,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from dr_core.errors import DRError
+
 TEMPLATE = Path(__file__).resolve().parent / "base-job-template.json"
 RENDER_NAME = "dr-render"  # the flow-run name of a rendering; the Job's generateName starts with it
 
@@ -37,7 +39,7 @@ RENDER_NAME = "dr-render"  # the flow-run name of a rendering; the Job's generat
 WORKER_REQUIRED_EXTRAS = frozenset({"/spec/template/spec/parallelism", "/spec/template/spec/completions"})
 
 
-class RenderError(ValueError):
+class RenderError(DRError, ValueError):
     """Bad input or an invalid manifest: one line, naming the file, variable or manifest path."""
 
 

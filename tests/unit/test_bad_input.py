@@ -750,9 +750,6 @@ def guarded(monkeypatch, tmp_path):
         "flows.coevolve.coevolve_flow",
     ):
         monkeypatch.setattr(target, boom)
-    import cli.output
-
-    monkeypatch.setitem(cli.output.DEBUG, "on", False)
     monkeypatch.delenv("DR_DEBUG", raising=False)
     monkeypatch.delenv("DR_STORE", raising=False)
     monkeypatch.chdir(tmp_path)

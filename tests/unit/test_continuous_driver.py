@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("vllm", reason="the continuous engine builds vLLM requests")
 
 from dr_core.engines.base import Completion, EngineError  # noqa: E402
-from dr_core.engines.continuous import ContinuousEngine, _Serialized, make_concurrent  # noqa: E402
+from dr_core.engines.continuous import ContinuousEngine, Driver, _Serialized, make_concurrent  # noqa: E402
 
 
 class FakeLLMEngine:
@@ -181,7 +181,11 @@ def test_make_concurrent_keeps_thread_safe_engines_and_serializes_others():
 def test_an_engine_of_higher_priority_is_stepped_alone_while_it_has_work():
     lo_inner, hi_inner = FakeVLLM(), FakeVLLM()
     lo_fake, hi_fake = lo_inner.llm.llm_engine, hi_inner.llm.llm_engine
-    lo, hi = ContinuousEngine(lo_inner, priority=0), ContinuousEngine(hi_inner, priority=1)
+    driver = Driver()  # engines take turns by priority only when they share a driver
+    lo, hi = (
+        ContinuousEngine(lo_inner, priority=0, driver=driver),
+        ContinuousEngine(hi_inner, priority=1, driver=driver),
+    )
     got: dict = {}
     try:
         lo_call = _call(lo, 2, got, "lo")
@@ -204,3 +208,21 @@ def test_an_engine_of_higher_priority_is_stepped_alone_while_it_has_work():
         hi_fake.gate.release(10)
         lo.close()
         hi.close()
+
+
+def test_a_driver_belongs_to_its_owner_and_its_thread_ends_with_its_last_engine():
+    shared = Driver()
+    a, b = ContinuousEngine(FakeVLLM(), driver=shared), ContinuousEngine(FakeVLLM(), driver=shared)
+    own = ContinuousEngine(FakeVLLM())
+    assert a.driver is b.driver is shared and own.driver is not shared
+    assert shared.running() and own.driver.running()
+    a.close()
+    assert shared.running()  # b still uses it
+    b.close()
+    own.close()
+    _until(lambda: not shared.running() and not own.driver.running())
+    again = ContinuousEngine(FakeVLLM(), driver=shared)  # a driver whose thread ended starts a new one
+    try:
+        assert shared.running()
+    finally:
+        again.close()

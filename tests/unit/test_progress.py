@@ -158,8 +158,9 @@ def test_peak_rss_falls_back_to_getrusage_without_proc(monkeypatch):
     assert resources.rss_mb() > 1  # ru_maxrss: the peak so far
 
 
-def test_run_step_records_peak_memory_and_tells_the_sink(sink):
-    from flows.steps import run_step
+def test_run_step_records_peak_memory_and_tells_the_sink(sink, tmp_path):
+    from dr_core.runs.refs import StepContext
+    from flows.steps import StepLog, run_step
 
     class State:
         name = "Completed"
@@ -171,9 +172,9 @@ def test_run_step_records_peak_memory_and_tells_the_sink(sink):
         assert return_state and x == 1
         return State()
 
-    record = {}
-    assert run_step(task, record, "r1/sample", 1) == "done"
-    entry = record["r1/sample"]
+    log = StepLog(StepContext(store=str(tmp_path / "store"), run_id="r", round_no=1))
+    assert run_step(task, log, "r1/sample", 1) == "done"
+    entry = log.entries()["r1/sample"]
     assert set(entry) == {"state", "seconds", "started_at", "peak_rss_mb"} and entry["peak_rss_mb"] > 1
     assert sink.events == [("step", "r1/sample", "Completed", entry["seconds"], entry["peak_rss_mb"])]
 

@@ -1,6 +1,7 @@
 """The Layout section of docs/concepts/architecture.md matches the tree: every path it lists exists, and every
-module of the project's packages is listed in it (a new module needs its line; a moved one, its new place). And the
-test folders' rule: the ``integration`` marker follows the folder (tests/conftest.py)."""
+module of the project's packages is listed in it (a new module needs its line; a moved one, its new place). The
+README's shorter map lists every tracked top folder and every subpackage of dr_core, and only paths that exist. And
+the test folders' rule: the ``integration`` marker follows the folder (tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 #: The page whose "## Layout" section lists the tree.
 ARCHITECTURE = ROOT / "docs" / "concepts" / "architecture.md"
+#: The front page, whose "## Layout" section is the short map: top folders and dr_core's subpackages.
+README = ROOT / "README.md"
 #: The packages whose every module the Layout lists.
 LISTED = ("cli", "flows", "tasks", "dr_core")
 
@@ -48,6 +51,24 @@ def test_every_listed_path_exists_and_every_module_is_listed():
     }
     unlisted = sorted(modules - listed)
     assert not unlisted, f"modules the Layout of docs/concepts/architecture.md does not list: {unlisted}"
+
+
+def test_the_readme_map_lists_every_top_folder_and_subpackage_and_only_what_exists():
+    import subprocess
+
+    listed = layout_entries(README.read_text(encoding="utf-8"))
+    missing = sorted(p for p in listed if not (ROOT / p).exists())
+    assert not missing, f"the README's Layout lists paths that are not in the tree: {missing}"
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    folders = {line.split("/", 1)[0] for line in tracked.splitlines() if "/" in line}
+    folders = {f for f in folders if not f.startswith(".")}  # .ci/ is CI's, not a reader's
+    subpackages = {
+        str(p.parent.relative_to(ROOT))
+        for p in (ROOT / "dr_core").glob("*/*")
+        if p.is_file() and "__pycache__" not in p.parts
+    }
+    unlisted = sorted((folders | subpackages) - listed)
+    assert not unlisted, f"folders the README's Layout does not list: {unlisted}"
 
 
 def test_the_parser_nests_entries_by_indentation():

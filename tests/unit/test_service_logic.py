@@ -305,8 +305,10 @@ def test_the_clients_load_only_httpx():
     loaded = set(
         subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     )
-    # clients.fill_unscorable is the service's answers.fill_unscorable: a module of the standard library only
+    # clients.fill_unscorable is the service's answers.fill_unscorable, its error's base dr_core.errors.DRError:
+    # modules of the standard library only
     assert {m for m in loaded if m.startswith("dr_core.")} == {
+        "dr_core.errors",
         "dr_core.service",
         "dr_core.service.clients",
         "dr_core.service.answers",

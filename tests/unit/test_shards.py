@@ -100,9 +100,9 @@ def _measure(cfg, store: str, run: str) -> dict:
 
     @flow(name="measure-test")
     def go():
-        steps = Steps(StepContext(store=store, run_id=run, round_no=1), log={})
+        steps = Steps(StepContext(store=store, run_id=run, round_no=1))
         m = measure(steps, cfg, run_eval=False)
-        return {"summary": m.summary, "artifacts": m.artifacts, "steps": steps.log}
+        return {"summary": m.summary, "artifacts": m.artifacts, "steps": steps.log.entries()}
 
     return go()
 
