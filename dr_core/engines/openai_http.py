@@ -32,7 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 
 from dr_core.config import DEFAULT_MODEL, EngineConfig, redact_url
-from dr_core.engines.base import PROMPT_TOO_LONG, Completion, Conversation, Engine, check_request
+from dr_core.engines.base import PROMPT_TOO_LONG, Completion, Conversation, Engine, SamplingParams
 from dr_core.engines.openai_http_credentials import credentials
 from dr_core.engines.openai_http_replies import completion, model_names, reply_object, says_prompt_too_long
 from dr_core.engines.openai_http_replies import top_logprobs as _top_logprobs  # noqa: F401 (read here by tests)
@@ -106,30 +106,19 @@ class OpenAIHTTPEngine(EndpointTransport, Engine):
         url = f"{ep.url}/chat/completions"
         return reply_object(resp, url, self._error), resp.text, url
 
-    def chat(
-        self,
-        conversations: list[Conversation],
-        *,
-        n: int = 1,
-        temperature: float = 0.0,
-        max_tokens: int = 256,
-        json_schema: dict | None = None,
-        choices: list[str] | None = None,
-        seed: int | None = None,
-        logprobs: int | None = None,
-    ) -> list[Completion]:
-        check_request(n, max_tokens, json_schema, choices, logprobs)
+    def generate(self, conversations: list[Conversation], params: SamplingParams) -> list[Completion]:
+        n, logprobs = params.n, params.logprobs
         base = {
             "model": self.model_name,
             "n": n,
-            "temperature": temperature,
-            "max_tokens": max_tokens,
+            "temperature": params.temperature,
+            "max_tokens": params.max_tokens,
             "return_token_ids": True,
         }
-        if json_schema is not None:
-            base["structured_outputs"] = {"json": json_schema}
-        elif choices is not None:
-            base["structured_outputs"] = {"choice": list(choices)}
+        if params.json_schema is not None:
+            base["structured_outputs"] = {"json": params.json_schema}
+        elif params.choices is not None:
+            base["structured_outputs"] = {"choice": list(params.choices)}
         if logprobs is not None:
             base["logprobs"] = True
             base["top_logprobs"] = logprobs

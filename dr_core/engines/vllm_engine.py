@@ -38,7 +38,7 @@ from dr_core.engines.base import (
     Completion,
     Conversation,
     Engine,
-    check_request,
+    SamplingParams,
     merge_logprobs,
 )
 from dr_core.model import resolve_model
@@ -153,84 +153,56 @@ class VLLMEngine(Engine):
         text = self.tokenizer.apply_chat_template(conversation, tokenize=False, add_generation_prompt=True)
         return self.tokenizer.encode(text + primer, add_special_tokens=False)
 
-    def chat(
-        self,
-        conversations: list[Conversation],
-        *,
-        n: int = 1,
-        temperature: float = 0.0,
-        max_tokens: int = 256,
-        json_schema: dict | None = None,
-        choices: list[str] | None = None,
-        seed: int | None = None,
-        logprobs: int | None = None,
-    ) -> list[Completion]:
-        prompts, params, results = self.prepare(
-            conversations,
-            n=n,
-            temperature=temperature,
-            max_tokens=max_tokens,
-            json_schema=json_schema,
-            choices=choices,
-            seed=seed,
-            logprobs=logprobs,
-        )
+    def generate(self, conversations: list[Conversation], params: SamplingParams) -> list[Completion]:
+        prompts, per_request, results = self.prepare(conversations, params)
         fits = [i for i, r in enumerate(results) if r is None]
         if fits:
             from vllm import TokensPrompt
 
             outs = self.llm.generate(  # counted by the progress sink, if one is installed (else no bar)
                 [TokensPrompt(prompt_token_ids=prompts[i]) for i in fits],
-                [params[i] for i in fits],
-                use_tqdm=progress.vllm_tqdm(n),
+                [per_request[i] for i in fits],
+                use_tqdm=progress.vllm_tqdm(params.n),
             )
             for i, out in zip(fits, outs):
-                results[i] = self.completion(out, len(prompts[i]), logprobs)
+                results[i] = self.completion(out, len(prompts[i]), params.logprobs)
         return results  # type: ignore[return-value]
 
     def prepare(
-        self,
-        conversations: list[Conversation],
-        *,
-        n: int,
-        temperature: float,
-        max_tokens: int,
-        json_schema: dict | None,
-        choices: list[str] | None,
-        seed: int | None,
-        logprobs: int | None,
+        self, conversations: list[Conversation], params: SamplingParams
     ) -> tuple[list[list[int]], list, list[Completion | None]]:
-        """What ``chat`` sends: each conversation's prompt token ids and ``SamplingParams``, and its result where it
-        is known before generation (a prompt too long for ``max_tokens``: an empty completion; else None). Shared
-        with the continuous engine (``dr_core.engines.continuous``), which sends the same requests its own way."""
-        check_request(n, max_tokens, json_schema, choices, logprobs)
-        from vllm import SamplingParams
+        """What ``generate`` sends: each conversation's prompt token ids and vLLM ``SamplingParams``, and its result
+        where it is known before generation (a prompt too long for ``max_tokens``: an empty completion; else None).
+        Shared with the continuous engine (``dr_core.engines.continuous``), which sends the same requests its own
+        way."""
+        from vllm import SamplingParams as VLLMSamplingParams
         from vllm.sampling_params import StructuredOutputsParams
 
         structured = None
-        if json_schema is not None:
-            structured = StructuredOutputsParams(json=json_schema)
-        elif choices is not None:
-            structured = StructuredOutputsParams(choice=list(choices))
+        if params.json_schema is not None:
+            structured = StructuredOutputsParams(json=params.json_schema)
+        elif params.choices is not None:
+            structured = StructuredOutputsParams(choice=list(params.choices))
         prompts = [self.render(c) for c in conversations]
-        params = [
-            SamplingParams(
-                n=n,
-                temperature=temperature,
-                max_tokens=max_tokens,
+        per_request = [
+            VLLMSamplingParams(
+                n=params.n,
+                temperature=params.temperature,
+                max_tokens=params.max_tokens,
                 structured_outputs=structured,
-                logprobs=logprobs,
-                seed=None if seed is None else request_seed(seed, ids),
+                logprobs=params.logprobs,
+                seed=None if params.seed is None else request_seed(params.seed, ids),
             )
             for ids in prompts
         ]
+        n = params.n
         results: list[Completion | None] = [
             None
-            if len(p) + max_tokens <= self.config.max_model_len
+            if len(p) + params.max_tokens <= self.config.max_model_len
             else Completion(("",) * n, (PROMPT_TOO_LONG,) * n, len(p), (0,) * n, None)
             for p in prompts
         ]
-        return prompts, params, results
+        return prompts, per_request, results
 
     def completion(self, out, prompt_tokens: int, logprobs: int | None) -> Completion:
         """One finished vLLM ``RequestOutput`` as a ``Completion``."""

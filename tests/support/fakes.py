@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Union
 
-from dr_core.engines.base import Completion, Engine, check_request, merge_logprobs
+from dr_core.engines.base import Completion, Engine, SamplingParams, merge_logprobs
 
 
 def verifier_check(user: str) -> tuple[str, str]:
@@ -88,8 +88,9 @@ class FakeEngine(Engine):
       log-probabilities come back); giving it makes ``supports_logprobs`` True. Such a request generates the most
       likely token and stops for its length (``max_tokens=1``).
 
-    A ``supports_logprobs=False`` engine refuses the ``logprobs`` argument altogether (an engine written before it
-    existed). Every call is recorded in ``calls`` (``Call``); every request is checked with ``check_request``.
+    A ``supports_logprobs=False`` engine refuses a ``logprobs`` request altogether (an engine written before it
+    existed). Every call is recorded in ``calls`` (``Call``); every request is checked as every engine's is
+    (``SamplingParams``).
     Token counts: the user message's length in characters, and ``completion_tokens`` per sample.
     """
 
@@ -110,14 +111,12 @@ class FakeEngine(Engine):
         self.model_name, self.config, self.completion_tokens = model_name, config, completion_tokens
         self.calls: list[Call] = []
 
-    def chat(
-        self, conversations, *, n=1, temperature=0.0, max_tokens=256, json_schema=None, choices=None, seed=None, **extra
-    ):
-        if set(extra) - {"logprobs"} or ("logprobs" in extra and not self.supports_logprobs):
-            raise TypeError(f"chat() got an unexpected keyword argument {sorted(extra)[0]!r}")
-        logprobs = extra.get("logprobs")
-        check_request(n, max_tokens, json_schema, choices, logprobs)
-        call = Call(list(conversations), n, max_tokens, json_schema, choices, logprobs)
+    def generate(self, conversations, params: SamplingParams):
+        if params.logprobs is not None and not self.supports_logprobs:  # an engine that may not accept logprobs
+            raise TypeError("chat() got an unexpected keyword argument 'logprobs'")
+        call = Call(
+            list(conversations), params.n, params.max_tokens, params.json_schema, params.choices, params.logprobs
+        )
         self.calls.append(call)
         return [self._complete(Request(conv, call)) for conv in conversations]
 

@@ -61,7 +61,7 @@ class FakeVLLM:
     def __init__(self):
         self.llm = SimpleNamespace(llm_engine=FakeLLMEngine())
 
-    def prepare(self, conversations, **kw):
+    def prepare(self, conversations, params):
         from vllm import SamplingParams
 
         prompts = [[int(c[0]["content"])] for c in conversations]
@@ -173,7 +173,7 @@ def test_close_fails_waiting_calls():
 def test_make_concurrent_keeps_thread_safe_engines_and_serializes_others():
     safe = SimpleNamespace(thread_safe=True)
     assert make_concurrent(safe) is safe
-    plain = SimpleNamespace(thread_safe=False, model_name="m", supports_logprobs=False, chat=lambda c, **k: ["x"])
+    plain = SimpleNamespace(thread_safe=False, model_name="m", supports_logprobs=False, generate=lambda c, p: ["x"])
     wrapped = make_concurrent(plain)
     assert isinstance(wrapped, _Serialized) and wrapped.chat([_conv(1)]) == ["x"]
 
