@@ -43,6 +43,7 @@ import tempfile
 import threading
 from decimal import Decimal
 from pathlib import Path
+from typing import Callable
 
 from dr_core import faults
 from dr_core.errors import DRError
@@ -98,22 +99,31 @@ _FRESH: set[str] = set()
 _CREATING = threading.Lock()
 
 
-def sweep_stale_temps(directory: str | Path) -> list[str]:
-    """Remove the temp files in ``directory`` left by writers that died (their flock is free); return them."""
+def sweep_unlocked(
+    directory: str | Path,
+    matches: Callable[[str], bool],
+    remove: Callable[[str], None],
+    *,
+    flags: int = os.O_RDONLY,
+    in_use: Callable[[str], bool] = lambda path: False,
+) -> list[str]:
+    """Remove the entries of ``directory`` whose name ``matches`` and whose ``flock`` is free (a dead writer's: the
+    kernel drops a dead process's locks), each with ``remove``; return their paths. A locked entry is a live
+    writer's and is left alone, as is one ``in_use`` says this process is about to lock. ``flags``: how an entry is
+    opened to take its lock (``os.O_DIRECTORY`` added for a directory)."""
     removed = []
     try:
         names = os.listdir(directory)
     except OSError:
         return removed
     for name in names:
-        if not (name.startswith(".") and name.endswith(TEMP_SUFFIX)):
+        if not matches(name):
             continue
         path = os.path.join(directory, name)
-        with _CREATING:
-            if path in _FRESH:  # another thread of this process is about to lock it
-                continue
+        if in_use(path):
+            continue
         try:
-            fd = os.open(path, os.O_RDONLY)
+            fd = os.open(path, flags)
         except OSError:
             continue
         try:
@@ -122,13 +132,25 @@ def sweep_stale_temps(directory: str | Path) -> list[str]:
             os.close(fd)  # locked: a live writer
             continue
         try:
-            os.unlink(path)
+            remove(path)
             removed.append(path)
         except OSError:
             pass
         finally:
             os.close(fd)
     return removed
+
+
+def _fresh(path: str) -> bool:
+    with _CREATING:
+        return path in _FRESH  # another thread of this process is about to lock it
+
+
+def sweep_stale_temps(directory: str | Path) -> list[str]:
+    """Remove the temp files in ``directory`` left by writers that died (their flock is free); return them."""
+    return sweep_unlocked(
+        directory, lambda name: name.startswith(".") and name.endswith(TEMP_SUFFIX), os.unlink, in_use=_fresh
+    )
 
 
 def _write_temp(path: str, payload: bytes, fault: str | None = None) -> tuple[str, int]:

@@ -43,7 +43,7 @@ from pathlib import Path
 from dr_core.constants import COMPLETE_MARKER, TRAINED_ROLES
 from dr_core.paths import cache_dir
 from dr_core.store.artifacts import Store
-from dr_core.store.atomic import current_umask, publish_dir
+from dr_core.store.atomic import current_umask, publish_dir, sweep_unlocked
 
 #: The suffix of a staging directory beside a checkpoint (``.<name>.<random>.partial``; publish_dir's aside copy of a
 #: replaced one adds ``.old``): never a checkpoint.
@@ -129,30 +129,12 @@ def is_staging(name: str) -> bool:
 def sweep_stale_staging(directory: str | Path) -> list[str]:
     """Remove the staging directories in ``directory`` that no live process holds (their ``flock`` is free: the
     kernel drops a dead process's locks); return them. One being filled is locked and left alone."""
-    removed = []
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return removed
-    for name in names:
-        if not is_staging(name):
-            continue
-        path = os.path.join(directory, name)
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-        except OSError:
-            continue
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)  # locked: a live writer
-            continue
-        try:
-            shutil.rmtree(path, ignore_errors=True)
-            removed.append(path)
-        finally:
-            os.close(fd)
-    return removed
+    return sweep_unlocked(
+        directory,
+        is_staging,
+        lambda path: shutil.rmtree(path, ignore_errors=True),
+        flags=os.O_RDONLY | os.O_DIRECTORY,
+    )
 
 
 @contextmanager
