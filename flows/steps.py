@@ -18,7 +18,15 @@ from dr_core import progress
 from dr_core.config import RoundConfig
 from dr_core.model import is_bundled
 from dr_core.resources import PeakRSS
-from dr_core.runs.refs import ArtifactRef, RoundInputs, StepContext, unavailable
+from dr_core.runs.refs import (
+    ArtifactRef,
+    RoundInputs,
+    RubricInputs,
+    SampleInputs,
+    StepContext,
+    VerifyInputs,
+    unavailable,
+)
 from dr_core.runs.shards import Shard
 from dr_core.store import checkpoints
 from dr_core.store.artifacts import Store
@@ -174,25 +182,26 @@ class Steps:
     def _in_store(self, result) -> list[str]:
         return unavailable(result, self.store)
 
-    def model_step(self, task, role: str, name: str, cfg: RoundConfig, *args, table: str) -> ArtifactRef:
+    def model_step(self, task, role: str, name: str, cfg: RoundConfig, inputs: BaseModel, *, table: str) -> ArtifactRef:
         """A model step, shard by shard (``cfg.scale.shards``; one shard when unsplit, dr_core/runs/shards.py), then
         ``merge-shards`` under the step's own name, which returns the step's reference (the whole step's part as it
-        is). On the Ray task runner the shards are submitted together, each with the role's resources, and run on
-        the cluster's workers (each shard is logged with the seconds until all were in: the flow waits for the whole
-        step); otherwise they run one after the other in this process (the engines are not shared between
-        threads)."""
+        is). ``task(ctx, cfg, inputs, shard=)``: ``inputs`` is the step's frozen inputs value (``SampleInputs``,
+        ``RubricInputs``, ``VerifyInputs``). On the Ray task runner the shards are submitted together, each with the
+        role's resources, and run on the cluster's workers (each shard is logged with the seconds until all were in:
+        the flow waits for the whole step); otherwise they run one after the other in this process (the engines are
+        not shared between threads)."""
         shards = Shard.all(cfg.scale.shards)
         task = self._stored(task)
         if runners.fans_out():
-            parts = self._on_cluster(task, role, name, cfg, shards, *args)
+            parts = self._on_cluster(task, role, name, cfg, shards, inputs)
         else:
-            parts = [self.run(task, s.label(name), self.ctx, cfg, *args, shard=s) for s in shards]
+            parts = [self.run(task, s.label(name), self.ctx, cfg, inputs, shard=s) for s in shards]
         return self.run(round_tasks.merge_shards, name, self.ctx, table, parts, len(shards))
 
-    def _on_cluster(self, task, role: str, name: str, cfg: RoundConfig, shards: list[Shard], *args) -> list:
+    def _on_cluster(self, task, role: str, name: str, cfg: RoundConfig, shards: list[Shard], inputs: BaseModel) -> list:
         started, start = dt.datetime.now(dt.timezone.utc).isoformat(), time.perf_counter()
         with runners.role_options(cfg.scale.for_role(role).remote_options()):
-            futures = [task.submit(self.ctx, cfg, *args, shard=s) for s in shards]
+            futures = [task.submit(self.ctx, cfg, inputs, shard=s) for s in shards]
         wait(futures)
         for s, fut in zip(shards, futures):
             self.log.finished(s.label(name), fut.state.name, time.perf_counter() - start, started)
@@ -258,9 +267,7 @@ def score_sets(
         "generator",
         prefix + "generate-rubrics",
         cfg,
-        inputs.prompts,
-        samples,
-        models.generator,
+        RubricInputs(prompts=inputs.prompts, samples=samples, generator_model=models.generator),
         table="rubrics",
     )
     verdicts = steps.model_step(
@@ -268,11 +275,13 @@ def score_sets(
         "verifier",
         prefix + "verify",
         cfg,
-        inputs.prompts,
-        samples,
-        inputs.anchors,
-        rubrics,
-        models.verifier,
+        VerifyInputs(
+            prompts=inputs.prompts,
+            samples=samples,
+            anchors=inputs.anchors,
+            rubrics=rubrics,
+            verifier_model=models.verifier,
+        ),
         table="verdicts",
     )
     scored = steps.run(round_tasks.score, prefix + "score", steps.ctx, rubrics, verdicts)
@@ -281,7 +290,14 @@ def score_sets(
 
 def sample_step(steps: Steps, cfg: RoundConfig, inputs: RoundInputs, policy_model: str, name: str) -> ArtifactRef:
     """The policy's sets C for the round's prompts (stage ``steps.ctx.stage``)."""
-    return steps.model_step(round_tasks.sample, "policy", name, cfg, inputs.prompts, policy_model, table="samples")
+    return steps.model_step(
+        round_tasks.sample,
+        "policy",
+        name,
+        cfg,
+        SampleInputs(prompts=inputs.prompts, policy_model=policy_model),
+        table="samples",
+    )
 
 
 def with_models(rc: RoundConfig, store: Store, generator: str, policy: str) -> RoundConfig:

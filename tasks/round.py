@@ -24,7 +24,17 @@ from dr_core import progress
 from dr_core.config import RoundConfig
 from dr_core.engines.identity import ModelIds
 from dr_core.runs import round_steps
-from dr_core.runs.refs import ArtifactRef, EvalRef, RoundInputs, Scored, ShardRef, StepContext
+from dr_core.runs.refs import (
+    ArtifactRef,
+    EvalRef,
+    RoundInputs,
+    RubricInputs,
+    SampleInputs,
+    Scored,
+    ShardRef,
+    StepContext,
+    VerifyInputs,
+)
 from dr_core.runs.shards import Shard, ShardError, add_costs, in_shard
 from dr_core.runs.shards import merge as merge_rows
 from dr_core.runs.shards import ordered as shard_order
@@ -80,68 +90,50 @@ def select_inputs(cfg: RoundConfig, store: str) -> RoundInputs:
 
 
 @task(name="sample", **MODEL_STEP)
-def sample(
-    ctx: StepContext, cfg: RoundConfig, prompts: ArtifactRef, policy_model: str, shard: Shard = Shard()
-) -> ArtifactRef:
+def sample(ctx: StepContext, cfg: RoundConfig, inputs: SampleInputs, shard: Shard = Shard()) -> ArtifactRef:
     """K responses per prompt of the shard from the policy (set ids: the prompts' positions in the round)."""
     s = Store.from_url(ctx.store)
-    prompt_rows = read_rows(s, prompts)
+    prompt_rows = read_rows(s, inputs.prompts)
     lo, hi = shard.span(len(prompt_rows))
     with progress.activity(shard.activity("sample"), "responses"):
         rows = round_steps.sample_sets(
-            engine_for(cfg.engines.policy), prompt_rows[lo:hi], cfg, policy_model, ctx.stage, set_offset=lo
+            engine_for(cfg.engines.policy), prompt_rows[lo:hi], cfg, inputs.policy_model, ctx.stage, set_offset=lo
         )
     return _write_part(s, ctx, "samples", rows, shard, (lo, hi))
 
 
 @task(name="generate-rubrics", **MODEL_STEP)
-def generate_rubrics(
-    ctx: StepContext,
-    cfg: RoundConfig,
-    prompts: ArtifactRef,
-    samples: ArtifactRef,
-    generator_model: str,
-    shard: Shard = Shard(),
-) -> ArtifactRef:
+def generate_rubrics(ctx: StepContext, cfg: RoundConfig, inputs: RubricInputs, shard: Shard = Shard()) -> ArtifactRef:
     """The generator's rubric list(s) for every response set of the shard."""
     s = Store.from_url(ctx.store)
-    prompt_rows = read_rows(s, prompts)
+    prompt_rows = read_rows(s, inputs.prompts)
     span = shard.span(len(prompt_rows))
     with progress.activity(shard.activity("rubrics"), "rubrics"):
         rows, cost = round_steps.generate_rubric_rows(
             engine_for(cfg.engines.generator),
             prompt_rows,
-            in_shard(read_rows(s, samples), span),
+            in_shard(read_rows(s, inputs.samples), span),
             cfg,
-            generator_model,
+            inputs.generator_model,
             ctx.stage,
         )
     return _write_part(s, ctx, "rubrics", rows, shard, span, cost)
 
 
 @task(name="verify", **MODEL_STEP)
-def verify(
-    ctx: StepContext,
-    cfg: RoundConfig,
-    prompts: ArtifactRef,
-    samples: ArtifactRef,
-    anchors: ArtifactRef,
-    rubrics: ArtifactRef,
-    verifier_model: str,
-    shard: Shard = Shard(),
-) -> ArtifactRef:
+def verify(ctx: StepContext, cfg: RoundConfig, inputs: VerifyInputs, shard: Shard = Shard()) -> ArtifactRef:
     """The frozen verifier's yes/no for every rubric item on every response of the shard's sets and anchors."""
     s = Store.from_url(ctx.store)
-    prompt_rows = read_rows(s, prompts)
+    prompt_rows = read_rows(s, inputs.prompts)
     span = shard.span(len(prompt_rows))
     with progress.activity(shard.activity("verify"), "verdicts"):
         rows, cost = round_steps.verify_sets(
             engine_for(cfg.engines.verifier),
             prompt_rows,
-            in_shard(read_rows(s, samples), span),
-            read_rows(s, anchors),
-            in_shard(read_rows(s, rubrics), span),
-            verifier_model,
+            in_shard(read_rows(s, inputs.samples), span),
+            read_rows(s, inputs.anchors),
+            in_shard(read_rows(s, inputs.rubrics), span),
+            inputs.verifier_model,
             ctx.stage,
         )
     return _write_part(s, ctx, "verdicts", rows, shard, span, cost)

@@ -86,6 +86,32 @@ class RoundInputs(_Ref):
     anchors: ArtifactRef
 
 
+class SampleInputs(_Ref):
+    """What the ``sample`` step reads: the round's prompts, and the identity of the policy that answers them."""
+
+    prompts: ArtifactRef
+    policy_model: str
+
+
+class RubricInputs(_Ref):
+    """What ``generate-rubrics`` reads: the prompts, the policy's response sets, the generator's identity."""
+
+    prompts: ArtifactRef
+    samples: ArtifactRef
+    generator_model: str
+
+
+class VerifyInputs(_Ref):
+    """What ``verify`` reads: the prompts, the response sets, the ranked anchors, the rubrics, the verifier's
+    identity."""
+
+    prompts: ArtifactRef
+    samples: ArtifactRef
+    anchors: ArtifactRef
+    rubrics: ArtifactRef
+    verifier_model: str
+
+
 class Scored(_Ref):
     """Eq. 12 scores per response and R_disc / R_anchor / advantages per rubric rollout (``score``)."""
 

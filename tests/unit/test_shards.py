@@ -9,7 +9,7 @@ import json
 import pytest
 
 from dr_core.runs import shards
-from dr_core.runs.refs import StepContext
+from dr_core.runs.refs import SampleInputs, StepContext
 from dr_core.runs.shards import Shard, ShardError
 from dr_core.store.artifacts import Store
 from tasks import round as round_tasks
@@ -113,7 +113,10 @@ def test_merge_refuses_a_missing_or_changed_shard(monkeypatch, tmp_path):
     store = str(tmp_path / "store")
     ctx = StepContext(store=store, run_id="r", round_no=1)
     inputs = round_tasks.select_inputs.fn(cfg, store)
-    parts = [round_tasks.sample.fn(ctx, cfg, inputs.prompts, "p@0", shard=s) for s in Shard.all(2)]
+    parts = [
+        round_tasks.sample.fn(ctx, cfg, SampleInputs(prompts=inputs.prompts, policy_model="p@0"), shard=s)
+        for s in Shard.all(2)
+    ]
     merged = round_tasks.merge_shards.fn(ctx, "samples", parts, 2)
     assert merged.rows == 5 * 2 and merged.uri.endswith("/samples/run_id=r/round=1/measure-samples.parquet")
     with pytest.raises(ShardError, match=r"shard \[1\] of 2 missing"):
@@ -133,7 +136,10 @@ def test_the_whole_step_is_one_shard_whose_part_the_merge_passes_on(monkeypatch,
     store = str(tmp_path / "store")
     ctx = StepContext(store=store, run_id="r", round_no=1)
     inputs = round_tasks.select_inputs.fn(cfg, store)
-    (whole,) = [round_tasks.sample.fn(ctx, cfg, inputs.prompts, "p@0", shard=s) for s in Shard.all(1)]
+    (whole,) = [
+        round_tasks.sample.fn(ctx, cfg, SampleInputs(prompts=inputs.prompts, policy_model="p@0"), shard=s)
+        for s in Shard.all(1)
+    ]
     assert whole.uri.endswith("/samples/run_id=r/round=1/measure-samples.parquet") and whole.rows == 5 * 2
     assert round_tasks.merge_shards.fn(ctx, "samples", [whole], 1) == whole
     assert Store.from_url(store).files_under("_shards", ".parquet") == []

@@ -12,7 +12,7 @@ from dr_core.config import coevolve_preset, preset
 from dr_core.engines import process
 from dr_core.engines.pool import EnginePool
 from dr_core.evaluator.judge import judge_engine_config
-from dr_core.runs.refs import ArtifactRef, CheckpointRef, StepContext
+from dr_core.runs.refs import ArtifactRef, CheckpointRef, RubricInputs, SampleInputs, StepContext, VerifyInputs
 from dr_core.store.artifacts import Store
 from tasks import round as round_tasks
 from tasks import runtime
@@ -65,9 +65,17 @@ def _partition(table: str, part: str, run: str = RUN, round_no: int = T) -> str:
 def measured(engine, store) -> dict:
     """select-inputs, sample, generate-rubrics, verify and score of one round, as the flow chains them."""
     inputs = round_tasks.select_inputs.fn(CFG, store)
-    samples = round_tasks.sample.fn(ctx(store), CFG, inputs.prompts, "policy@0")
-    rubrics = round_tasks.generate_rubrics.fn(ctx(store), CFG, inputs.prompts, samples, "gen@0")
-    verdicts = round_tasks.verify.fn(ctx(store), CFG, inputs.prompts, samples, inputs.anchors, rubrics, "ver@0")
+    samples = round_tasks.sample.fn(ctx(store), CFG, SampleInputs(prompts=inputs.prompts, policy_model="policy@0"))
+    rubrics = round_tasks.generate_rubrics.fn(
+        ctx(store), CFG, RubricInputs(prompts=inputs.prompts, samples=samples, generator_model="gen@0")
+    )
+    verdicts = round_tasks.verify.fn(
+        ctx(store),
+        CFG,
+        VerifyInputs(
+            prompts=inputs.prompts, samples=samples, anchors=inputs.anchors, rubrics=rubrics, verifier_model="ver@0"
+        ),
+    )
     scored = round_tasks.score.fn(ctx(store), rubrics, verdicts)
     return {**dict(inputs), "samples": samples, "rubrics": rubrics, "verdicts": verdicts, **dict(scored)}
 
