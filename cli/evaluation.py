@@ -1,5 +1,5 @@
 """The evaluator and the policy measured from the command line: ``dr score``, ``dr eval-evaluator`` (logic in
-dr_core/runs/evaluate.py and reward_model.py) and ``dr eval-policy`` (logic in dr_core/runs/policy_eval.py).
+dr_core/runs/evaluate.py and reward_model.py) and ``dr eval-policy`` (logic in dr_core/runs/policy_eval/).
 
 Each quiets the third-party log first (cli/quiet.py; ``--verbose`` shows it), runs the models of ``--preset`` (tiny
 by default) or of an ``--engines`` file, says which in one line (``models: preset tiny — ...``) and shows progress

@@ -162,7 +162,7 @@ class EngineConfig(BaseModel):
         None,
         description="openai_http only: the server's API root, e.g. http://127.0.0.1:8000/v1, or a list of them: "
         "replicas serving the same model, between which requests are balanced by least outstanding requests, an "
-        "unreachable one being marked down and its requests moved to the others (dr_core/engines/openai_http.py). "
+        "unreachable one being marked down and its requests moved to the others (dr_core/engines/openai_http/). "
         "A list of one is that one string; a URL listed twice is refused. Credentials written into a URL "
         "(http://user:password@host/v1) are moved into basic_auth when the config is built, so the URLs that are "
         "kept, shown and recorded have none; in a list every URL must carry the same ones, or none. Read it "

@@ -1,7 +1,7 @@
 """What the endpoints of an engine did during one stage (verification, rubric generation), in the stage's cost.
 
 An engine with several endpoints (``OpenAIHTTPEngine`` over a ``base_url`` list) balances its requests and fails
-over when a replica dies (dr_core/engines/openai_http_transport.py). That must never be hidden from the run's
+over when a replica dies (dr_core/engines/openai_http/transport.py). That must never be hidden from the run's
 costs: a stage that lost a replica halfway is slower and sent some requests twice. So ``verify`` and
 ``generate_rubrics`` read the engine's ``endpoint_stats()`` before and after their call and add the difference to
 their ``StageStats`` (``add_endpoints``; ``merge`` keeps it), whose ``as_dict`` adds to the stage's cost (what

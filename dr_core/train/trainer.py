@@ -4,6 +4,8 @@ it keeps the advantages TRL computed (``dr_advantages``, for checks and tests), 
 pass at the first optimiser step of a fresh run (``dr_skip_ref_at_start``: the policy still is the reference there,
 so the KL term and its gradient are 0), and on one process it scores only the completion positions
 (``dr_core.train.logprobs``). A one-step update gets beta = 0 and no reference model at all (``effective_beta``).
+The TRL methods it overrides or calls are checked against the installed TRL when the class is built
+(``dr_core.train.trl_seam``: another TRL version, or a changed parameter list, is refused with one line).
 
 Float32 master weights always: with bf16 the trainer runs mixed precision (autocast). On CPU: bf16 mixed precision
 where the CPU has bf16 instructions, float32 elsewhere (``GRPOSettings.bf16`` 'auto', dr_core/config/numerics.py),
@@ -23,7 +25,7 @@ from pathlib import Path
 
 from dr_core import faults, progress
 from dr_core.config.training import GRPOSettings
-from dr_core.train import logprobs, lora
+from dr_core.train import logprobs, lora, trl_seam
 
 
 def cpu_deepspeed_without_gpu() -> None:
@@ -189,6 +191,7 @@ class _Recording:
 
     dr_skip_ref_at_start = True
     dr_ref_forwards_skipped = 0
+    _dr_beta_held = False
 
     def _reference_is_policy(self) -> bool:
         """True while the policy still has the reference's weights (the first optimiser step of a fresh run)
@@ -202,6 +205,7 @@ class _Recording:
             and one_generation_per_step(a.steps_per_generation, a.gradient_accumulation_steps)
         )
 
+    # stays: a public transformers hook; a callback could not put beta back when the step raises
     def training_step(self, model, inputs, num_items_in_batch=None):
         # At the first step the policy IS the reference, so the KL term (k3 estimator) and its gradient are
         # exactly 0 there: training with beta = 0 for that step is the same update, without the reference
@@ -215,6 +219,7 @@ class _Recording:
         finally:
             self.beta, self._dr_beta_held = beta, False
 
+    # stays: no public TRL hook computes the policy's log-probabilities (trl_seam.SEAMS records its parameters)
     def _get_per_token_logps_and_entropies(
         self,
         model,
@@ -241,8 +246,9 @@ class _Recording:
             self, model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy
         )
 
+    # stays: only its output holds TRL's advantages (reward functions run before them, callbacks never see them)
     def _generate_and_score_completions(self, inputs):
-        if getattr(self, "_dr_beta_held", False):
+        if self._dr_beta_held:
             self.dr_ref_forwards_skipped += 1
         output = super()._generate_and_score_completions(inputs)
         self.dr_advantages.append(output["advantages"].detach().float().cpu().reshape(-1).tolist())
@@ -250,10 +256,21 @@ class _Recording:
 
 
 def grpo_trainer_class():
-    """``RecordingGRPOTrainer``: TRL's ``GRPOTrainer`` with the changes of ``_Recording`` (module docstring)."""
+    """``RecordingGRPOTrainer``: TRL's ``GRPOTrainer`` with the changes of ``_Recording`` (module docstring), after
+    ``trl_seam.check_trl_seam`` found the installed TRL to be one they were written against."""
     from trl import GRPOTrainer
+
+    trl_seam.check_trl_seam(added_names())
 
     class RecordingGRPOTrainer(_Recording, GRPOTrainer):
         """GRPOTrainer that keeps the advantages TRL computed (this process's slice), for checks and tests."""
 
     return RecordingGRPOTrainer
+
+
+def added_names() -> tuple[str, ...]:
+    """The attributes ``_Recording`` adds to ``GRPOTrainer``: every one it defines or annotates but does not override
+    (``trl_seam.SEAMS``)."""
+    overridden = {s.method for s in trl_seam.SEAMS if s.use == "overrides"}
+    names = set(vars(_Recording)) | set(_Recording.__annotations__)
+    return tuple(sorted(n for n in names if not n.startswith("__") and n not in overridden))

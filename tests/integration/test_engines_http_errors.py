@@ -16,7 +16,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from dr_core.config import EngineConfig
-from dr_core.engines import EngineError, make_engine, openai_http_transport
+from dr_core.engines import EngineError, make_engine
+from dr_core.engines.openai_http import transport as openai_http_transport
 from tests.support.netutil import free_port
 
 CONV = [[{"role": "user", "content": "Hi"}]]

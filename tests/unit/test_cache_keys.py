@@ -50,7 +50,9 @@ def test_the_training_step_runs_train_and_not_report(repo):
 
 def test_engines_named_by_path_are_part_of_the_model_steps(repo):
     """make_engine imports its implementations by a dotted path in a string: an edit there must miss the cache."""
-    assert {"dr_core/engines/vllm_engine.py", "dr_core/engines/openai_http.py"} <= set(options.step_code("tasks.round"))
+    assert {"dr_core/engines/vllm_engine.py", "dr_core/engines/openai_http/engine.py"} <= set(
+        options.step_code("tasks.round")
+    )
     before = _key(verify)
     _edit(
         repo,

@@ -18,7 +18,8 @@ import httpx
 import pytest
 
 from dr_core.config import ConfigError, EngineConfig, engine_config, load_engines_config
-from dr_core.engines import EngineError, make_engine, openai_http_transport
+from dr_core.engines import EngineError, make_engine
+from dr_core.engines.openai_http import transport as openai_http_transport
 from dr_core.evaluator.items import Check, StageStats
 from dr_core.evaluator.verify import verify
 from tasks.runtime import model_id

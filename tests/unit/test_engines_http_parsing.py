@@ -3,7 +3,7 @@ ones; counting it twice gave log-probabilities above 0)."""
 
 import math
 
-from dr_core.engines.openai_http import _top_logprobs
+from dr_core.engines.openai_http.replies import top_logprobs as _top_logprobs
 
 
 def test_sampled_token_is_not_counted_twice():

@@ -14,7 +14,7 @@ from dr_core.evaluator.verify import verify
 from dr_core.ifeval.checks import check, describe
 from dr_core.ifeval.edits import anchor_list
 from dr_core.rubric import prompts
-from dr_core.runs.policy_eval_answers import answer_prompts
+from dr_core.runs.policy_eval.answers import answer_prompts
 from dr_core.train.grpo import GeneratorRow, GRPOSettings, train_generator
 from infra.benchmarks.ifeval.run import Run
 from infra.benchmarks.ifeval.stats import agreement, curve, hierarchical_ci

@@ -1,30 +1,4 @@
-"""Policy evaluation (paper section 4.3, appendix C.2, F.2): does the policy answer better than a baseline?
-
-Pairwise, judged: the policy's answers (generated greedily by a model, or read from a saved {"id","answer"} file)
-against the baseline's (another model's, a saved file's, or the data file's own ``baseline`` answers: Arena-Hard's
-GPT-4-0314). A pairwise judge, any engine, compares each pair in BOTH orders (``dr_core.evaluator.judge``: by default
-the order-cancelling first-token log-odds of "A" against "B"; or structured choice), so the order cannot decide.
-The outcomes, win rate, tie rate, bootstrap interval, answer lengths and the judge's position bias are defined in
-dr_core/runs/policy_eval_scoring.py.
-
-Verifiable tasks (section 5.2, appendix C.3): the policy answers {"prompt","answer"} prompts and
-``dr_core.evaluator.answers`` checks each final answer (exact, numeric, math via Math-Verify): accuracy, and the
-baseline checkpoint's when given. ``--task ifeval``: IFEval-shaped rows ({"key"|"id", "prompt",
-"instruction_id_list", "kwargs"}, every line validated first: dr_core/ifeval/checks.py) answered by the policy (or
-read from saved answers) and checked by IFEval's own code: lm-eval's prompt- and instruction-level strict and loose
-accuracies with 95 % intervals.
-
-This module is the command (``run_eval_policy``: validate every input, resolve the engines, run the phases); where
-answers come from is dr_core/runs/policy_eval_answers.py. The names of both are importable from here.
-
-The word ``default`` names a role of ``roles`` (the CLI's ``--preset``, tiny by default, or ``--engines`` file): the
-judge is its verifier model (as the in-loop evaluation's judge, dr_core/runs/heldout.py), the policy and a baseline
-its policy model. The models are said in one line before any is loaded (``models: preset tiny — policy ...``).
-
-    dr eval-policy --policy default --data dr_core/data/policy_eval_arenahard.jsonl --judge default --limit 4 \\
-        --output metrics.json
-    dr eval-policy --policy mine.jsonl --baseline theirs.jsonl --data prompts.jsonl --judge default
-"""
+"""``dr eval-policy``'s command (the package docstring says what it measures): ``run_eval_policy``."""
 
 from __future__ import annotations
 
@@ -42,14 +16,14 @@ from dr_core.engines.pool import EnginePool
 from dr_core.evaluator import answers
 from dr_core.evaluator import judge as judge_mod
 from dr_core.evaluator.judge import DEFAULT_PROCEDURE, TIE_THRESHOLD, JudgeProcedure
-from dr_core.runs.policy_eval_answers import (
+from dr_core.runs.policy_eval.answers import (
     Answer,
     answer_prompts,
     answers_from_file,
     baseline_from_file,
     fixed_baseline,
 )
-from dr_core.runs.policy_eval_scoring import (
+from dr_core.runs.policy_eval.scoring import (
     CI_LEVEL,
     N_BOOT,
     Log,

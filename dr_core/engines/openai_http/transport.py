@@ -8,7 +8,7 @@ timeout: it bounds each wait for bytes, not a whole reply). A try that fails in 
 reset, a connect or read timeout) or gets HTTP 429 or 5xx is retried after ``retry_backoff_s * 2**k`` seconds
 (1 s, then 2 s); a 400 that says the prompt is too long gives a ``prompt_too_long`` completion; any other HTTP
 status, and a 200 reply that is not an OpenAI chat completion, raises ``EngineError`` at once
-(dr_core/engines/openai_http_replies.py). After the last try: one line,
+(dr_core/engines/openai_http/replies.py). After the last try: one line,
 ``<url>/chat/completions: <cause> after 3 attempts (timeout 600s, connect 10s)``. Worst case for one request with
 the defaults: 3 x (10 + 600) s + 1 + 2 s. Above this, the Prefect model steps (tasks/round.py) retry an
 ``EngineError`` twice more and cut a step off after 4 h.
@@ -44,7 +44,7 @@ import httpx
 
 from dr_core.config import EngineConfig
 from dr_core.engines.base import EngineError
-from dr_core.engines.openai_http_replies import excerpt
+from dr_core.engines.openai_http.replies import excerpt
 from dr_core.errors import DRError
 
 #: The pause between attempts (a name of its own so tests can record it without patching time.sleep).

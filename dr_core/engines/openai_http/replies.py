@@ -3,7 +3,7 @@
 A 200 reply that is not what was asked for (not JSON, not an object, no ``choices``, a choice without ``index`` or
 ``message``, a ``GET /models`` without ``data``, ...) is an ``EngineError`` with the URL, what was wrong and the first
 200 characters of the body; so is any status other than 200 that reaches here (429 and 5xx were retried before:
-dr_core/engines/openai_http_transport.py). A 400 that says the prompt is too long is not an error: the engine gives a
+dr_core/engines/openai_http/transport.py). A 400 that says the prompt is too long is not an error: the engine gives a
 ``prompt_too_long`` completion. ``chat(logprobs=N)`` reads ``choices[i].logprobs.content[k].top_logprobs`` plus the
 sampled token (a sample the server returned no logprobs for gets an empty tuple of positions); per-sample completion
 token counts come from the ``token_ids`` that ``"return_token_ids": true`` asks for.
