@@ -29,54 +29,7 @@ its policy model. The models are said in one line before any is loaded (``models
 
 from __future__ import annotations
 
-from dr_core.runs.policy_eval.run import (
-    CI_LEVEL,
-    IFEVAL_TASK,
-    N_BOOT,
-    POLICY_TASKS,
-    Answer,
-    Log,
-    answer_prompts,
-    answers_from_file,
-    baseline_from_file,
-    bootstrap_ci,
-    engine_spec,
-    eval_rows,
-    evaluate_pairwise,
-    fixed_baseline,
-    is_checkpoint_spec,
-    judge_and_score,
-    load_verifiable,
-    pair_outcome,
-    pairwise_metrics,
-    run_eval_policy,
-    score_ifeval,
-    score_verifiable,
-    win_rate_summary,
-)
+from dr_core.runs.policy_eval import run as _run
+from dr_core.runs.policy_eval.run import *  # noqa: F403 - the package's names are run.py's __all__
 
-__all__ = [
-    "CI_LEVEL",
-    "IFEVAL_TASK",
-    "N_BOOT",
-    "POLICY_TASKS",
-    "Answer",
-    "Log",
-    "answer_prompts",
-    "answers_from_file",
-    "baseline_from_file",
-    "bootstrap_ci",
-    "engine_spec",
-    "eval_rows",
-    "evaluate_pairwise",
-    "fixed_baseline",
-    "is_checkpoint_spec",
-    "judge_and_score",
-    "load_verifiable",
-    "pair_outcome",
-    "pairwise_metrics",
-    "run_eval_policy",
-    "score_ifeval",
-    "score_verifiable",
-    "win_rate_summary",
-]
+__all__ = list(_run.__all__)
