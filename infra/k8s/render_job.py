@@ -29,7 +29,13 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from dr_core.errors import DRError
+try:
+    from dr_core.errors import DRError
+except ImportError:  # the Kubernetes worker's own environment, without the project installed
+
+    class DRError(Exception):  # type: ignore[no-redef]
+        """Stands in for ``dr_core.errors.DRError`` where the project is not installed."""
+
 
 TEMPLATE = Path(__file__).resolve().parent / "base-job-template.json"
 RENDER_NAME = "dr-render"  # the flow-run name of a rendering; the Job's generateName starts with it
