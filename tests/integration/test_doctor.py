@@ -21,6 +21,7 @@ import pytest
 
 from dr_core import model as models
 from dr_core.constants import COMPLETE_MARKER
+from dr_core.runs import doctor as checks
 from tests.support.fixtures_s3 import STORE_ENV, TEST_BUCKET
 from tests.support.netutil import free_port
 
@@ -67,8 +68,12 @@ def test_a_local_store_in_tmp_path(cache, tmp_path):
     assert rc == 0, "\n".join(lines)
     assert line(lines, "store") == f"ok      {'store':<33}  local, {store}: does not exist yet, can be created"
     assert not store.exists()  # doctor creates nothing
-    for name in ("python", "cpu", "cores", "memory", "versions", "model smollm2-135m-instruct"):
+    for name in ("python", "versions", "model smollm2-135m-instruct"):
         assert line(lines, name).split()[0] == "ok"
+    # facts of this machine (CI's CPU varies: one without bf16 is a note): what doctor's own checks say in this process
+    for name, found in (("cpu", checks.check_numerics()), ("cores", checks.check_cores())):
+        assert found.status in ("ok", "note") and line(lines, name).split()[0] == found.status
+    assert line(lines, "memory").split()[0] in ("ok", "note")  # available memory moves between two reads
     assert line(lines, "prefect").startswith("note")
     assert lines[-1] == "no problems: this machine is ready for the project"
     store.mkdir()
