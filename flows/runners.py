@@ -86,6 +86,32 @@ def _api_url() -> str | None:
     return server.api_url if server.server_process is not None else None
 
 
+#: Ray Client connections tried per flow run when the cluster's proxy fails to start the client's server.
+CLIENT_INIT_ATTEMPTS = 3
+
+
+def connect_retrying(enter, warn, attempts: int = CLIENT_INIT_ATTEMPTS, pause_s: float = 1.0):
+    """``enter()`` (the runner's ``ray.init``), tried again when a Ray Client proxy answers "Initialization failure
+    from server": its per-client server can die while it is being forked (ray-project/ray#63202, open in Ray 2.60;
+    seen here as ``psutil.ZombieProcess`` in the proxier). A failed client init disconnects itself, so a retry starts
+    clean. Any other error, and the last attempt's, propagate unchanged."""
+    import time
+
+    for attempt in range(1, attempts):
+        try:
+            return enter()
+        except ConnectionAbortedError as exc:
+            if "Initialization failure from server" not in str(exc):
+                raise
+            last = next((ln.strip() for ln in reversed(str(exc).splitlines()) if ln.strip()), "")
+            warn(
+                f"Ray Client: the cluster could not start this client's server ({last}); "
+                f"connecting again ({attempt + 1} of {attempts}, ray-project/ray#63202)"
+            )
+            time.sleep(pause_s)
+    return enter()
+
+
 def make_task_runner(spec: str | None):
     """The task runner for ``--task-runner`` (``parse_task_runner``), None for Prefect's default."""
     address = parse_task_runner(spec)
@@ -101,7 +127,7 @@ def make_task_runner(spec: str | None):
             runtime_env = dict(self.init_kwargs.get("runtime_env") or {})
             runtime_env["env_vars"] = {**worker_env(_api_url()), **runtime_env.get("env_vars", {})}
             self.init_kwargs = {**self.init_kwargs, "runtime_env": runtime_env}
-            return super().__enter__()
+            return connect_retrying(super().__enter__, self.logger.warning)
 
         def duplicate(self):
             return type(self)(address=self.address, init_kwargs=self.init_kwargs)

@@ -55,3 +55,41 @@ def test_ray_alone_starts_a_new_local_cluster_or_joins_ray_address(monkeypatch):
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.5:6379")
     joined = runners.make_task_runner("ray")
     assert joined.address == "10.0.0.5:6379" and "include_dashboard" not in joined.init_kwargs
+
+
+def _enter_failing(times: int, message: str):
+    """An ``enter`` that raises ConnectionAbortedError(message) its first ``times`` calls, then returns 'connected'."""
+    calls = []
+
+    def enter():
+        calls.append(1)
+        if len(calls) <= times:
+            raise ConnectionAbortedError(message)
+        return "connected"
+
+    return enter, calls
+
+
+_PROXY_RACE = (
+    "Initialization failure from server:\nTraceback (most recent call last):\n"
+    "psutil.ZombieProcess: PID still exists but it's a zombie (pid=11120)\n"
+)
+
+
+def test_a_client_server_that_died_starting_is_connected_again():
+    enter, calls = _enter_failing(2, _PROXY_RACE)
+    warnings = []
+    assert runners.connect_retrying(enter, warnings.append, attempts=3, pause_s=0) == "connected"
+    assert len(calls) == 3 and len(warnings) == 2
+    assert "zombie (pid=11120)" in warnings[0] and "(2 of 3, ray-project/ray#63202)" in warnings[0]
+
+
+def test_the_last_attempt_and_other_errors_propagate():
+    enter, calls = _enter_failing(3, _PROXY_RACE)
+    with pytest.raises(ConnectionAbortedError, match="Initialization failure"):
+        runners.connect_retrying(enter, lambda _: None, attempts=3, pause_s=0)
+    assert len(calls) == 3
+    enter, calls = _enter_failing(1, "authentication failed")  # not the proxy race: no second try
+    with pytest.raises(ConnectionAbortedError, match="authentication failed"):
+        runners.connect_retrying(enter, lambda _: None, attempts=3, pause_s=0)
+    assert len(calls) == 1
