@@ -89,12 +89,7 @@ def train_generator(
         base.fingerprint, verifier_model, cfg.generator.num_generations, anchor_ranks=records.anchor_ranks(p, c, a)
     )
     train_rows = records.generator_rows(p, c, a)
-    result = _update(cfg, "generator", local_dir(s, base), train_rows, scratch, sink, cfg.round.engines.verifier)
-    return_freed_memory()  # the trainer's tensors are freed: give their pages back before the next step
-    sink = _rollouts(sink, scratch)
-    metrics = _metrics(result, "unparseable", sink.zero_std_by_step("advantage"), cfg.generator.num_generations)
-    _write_tables(s, ctx, "generator", sink.generator_tables())
-    return _publish(s, ctx, "generator", result, base, metrics, _drop(cfg.generator, scratch))
+    return _train_and_publish(s, ctx, cfg, "generator", base, train_rows, scratch, sink)
 
 
 def train_policy(
@@ -117,12 +112,38 @@ def train_policy(
     cfg = cfg.model_copy(
         update={"policy": cfg.policy.model_copy(update={"rubric_format": cfg.generator.rubric_format})}
     )
-    result = _update(cfg, "policy", local_dir(s, base), train_rows, scratch, sink, cfg.round.engines.verifier, gen_cfg)
-    return_freed_memory()
+    return _train_and_publish(s, ctx, cfg, "policy", base, train_rows, scratch, sink, gen_cfg)
+
+
+#: Per role: the history field of rollouts without a usable reward, the record field whose zero spread in a group is
+#: no gradient, and the sink's method that gives the role's rollout tables.
+_ROLE_FIELDS = {
+    "generator": ("unparseable", "advantage", records.RolloutSink.generator_tables),
+    "policy": ("unscorable", "score", records.RolloutSink.policy_tables),
+}
+
+
+def _train_and_publish(
+    s: Store,
+    ctx: StepContext,
+    cfg: CoevolveConfig,
+    role: str,
+    base: CheckpointRef,
+    train_rows,
+    scratch: Path,
+    sink: records.RolloutSink,
+    generator: EngineConfig | None = None,
+) -> UpdateRef:
+    """The update of ``role`` from ``base``: train, keep its rollouts, write its rollout tables (stage ``role``),
+    save and register the new checkpoint."""
+    settings = cfg.generator if role == "generator" else cfg.policy
+    result = _update(cfg, role, local_dir(s, base), train_rows, scratch, sink, cfg.round.engines.verifier, generator)
+    return_freed_memory()  # the trainer's tensors are freed: give their pages back before the next step
     sink = _rollouts(sink, scratch)
-    metrics = _metrics(result, "unscorable", sink.zero_std_by_step("score"), cfg.policy.num_generations)
-    _write_tables(s, ctx, "policy", sink.policy_tables())
-    return _publish(s, ctx, "policy", result, base, metrics, _drop(cfg.policy, scratch))
+    counted, spread_field, tables = _ROLE_FIELDS[role]
+    metrics = _metrics(result, counted, sink.zero_std_by_step(spread_field), settings.num_generations)
+    _write_tables(s, ctx, role, tables(sink))
+    return _publish(s, ctx, role, result, base, metrics, _drop(settings, scratch))
 
 
 def _update(

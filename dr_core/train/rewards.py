@@ -162,7 +162,36 @@ def _rubric_items(rubric: Rubric | None) -> list[tuple] | None:
     return [(it.criterion, it.weight) for it in rubric.items] if rubric else None
 
 
-class GeneratorReward:
+class _GroupReward:
+    """A TRL reward function over whole groups of ``settings.num_generations`` completions of ``rows``' group ids.
+    TRL calls it as ``(prompts, completions, completion_ids, group_id, trainer_state=..., log_metric=..., **kwargs)``;
+    a subclass's ``_rewards`` gets the completions, their token ids, the group id of each block, the trainer step,
+    TRL's ``log_metric`` and the call's start time (``time.perf_counter``)."""
+
+    def __init__(self, rows, settings: GRPOSettings, on_rollouts: OnRollouts | None, history: list[dict] | None):
+        self.rows = {r.group_id: r for r in rows}
+        self.settings, self.on_rollouts = settings, on_rollouts
+        self.history = history if history is not None else []
+
+    def __call__(
+        self,
+        prompts=None,
+        completions=(),
+        completion_ids=None,
+        group_id=(),
+        trainer_state=None,
+        log_metric=None,
+        **_kwargs,
+    ) -> list:
+        started = time.perf_counter()
+        blocks = check_whole_groups(group_id, self.settings.num_generations)
+        return self._rewards(completions, completion_ids, blocks, _step(trainer_state), log_metric, started)
+
+    def _rewards(self, completions, completion_ids, blocks: list[int], step: int, log_metric, started: float) -> list:
+        raise NotImplementedError
+
+
+class GeneratorReward(_GroupReward):
     """TRL reward function of the generator update: Eq. 24-25 advantages of whole groups, returned as the reward.
 
     Call signature is TRL's: ``(prompts, completions, completion_ids, group_id, trainer_state=..., **kwargs)``.
@@ -179,29 +208,15 @@ class GeneratorReward:
         history: list[dict] | None = None,
         eos_token_id: int | None = None,
     ):
-        self.rows = {r.group_id: r for r in rows}
-        self.verifier, self.settings, self.on_rollouts = verifier, settings, on_rollouts
-        self.history = history if history is not None else []
-        self.eos_token_id = eos_token_id
+        super().__init__(rows, settings, on_rollouts, history)
+        self.verifier, self.eos_token_id = verifier, eos_token_id
 
     def _truncated(self, ids) -> bool:
         ids = list(ids) if ids is not None else []
         return len(ids) >= self.settings.max_completion_length and (not ids or ids[-1] != self.eos_token_id)
 
-    def __call__(
-        self,
-        prompts=None,
-        completions=(),
-        completion_ids=None,
-        group_id=(),
-        trainer_state=None,
-        log_metric=None,
-        **_kwargs,
-    ) -> list[float]:
-        started = time.perf_counter()
+    def _rewards(self, completions, completion_ids, blocks, step, log_metric, started) -> list[float]:
         g = self.settings.num_generations
-        blocks = check_whole_groups(group_id, g)
-        step = _step(trainer_state)
         texts = [rollout_prefix(self.settings) + completion_text(c) for c in completions]
         ids = completion_ids if completion_ids is not None else [None] * len(texts)
         items, gens = self._rubrics(texts, ids, blocks)
@@ -321,7 +336,7 @@ def _hand_on(reward, entry: dict, records: list[dict], log_metric, metrics: Sequ
         reward.on_rollouts(records)
 
 
-class PolicyReward:
+class PolicyReward(_GroupReward):
     """TRL reward function of the policy update: each completion's Eq. 12 score under the rubric the fixed G(t)
     writes for its group; None (TRL: zero advantage) when unscorable."""
 
@@ -336,24 +351,11 @@ class PolicyReward:
         on_rollouts: OnRollouts | None = None,
         history: list[dict] | None = None,
     ):
-        self.rows = {r.group_id: r for r in rows}
-        self.generator, self.verifier, self.settings, self.on_rollouts = generator, verifier, settings, on_rollouts
-        self.history = history if history is not None else []
+        super().__init__(rows, settings, on_rollouts, history)
+        self.generator, self.verifier = generator, verifier
 
-    def __call__(
-        self,
-        prompts=None,
-        completions=(),
-        completion_ids=None,
-        group_id=(),
-        trainer_state=None,
-        log_metric=None,
-        **_kwargs,
-    ) -> list[float | None]:
-        started = time.perf_counter()
+    def _rewards(self, completions, completion_ids, blocks, step, log_metric, started) -> list[float | None]:
         k = self.settings.num_generations
-        blocks = check_whole_groups(group_id, k)
-        step = _step(trainer_state)
         texts = [completion_text(c) for c in completions]
         items = [EvalItem(self.rows[gid].prompt, tuple(texts[b * k : (b + 1) * k])) for b, gid in enumerate(blocks)]
         with progress.activity("reward rubrics and verdicts", "requests"):
