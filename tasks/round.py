@@ -75,6 +75,14 @@ def _write_part(
     )
 
 
+def _shard_sets(ctx: StepContext, inputs: RubricInputs | VerifyInputs, shard: Shard):
+    """(store, the round's prompt rows, the shard's span of set indices, the samples of the shard's sets)."""
+    s = Store.from_url(ctx.store)
+    prompt_rows = read_rows(s, inputs.prompts)
+    span = shard.span(len(prompt_rows))
+    return s, prompt_rows, span, in_shard(read_rows(s, inputs.samples), span)
+
+
 @task(name="select-inputs", **STEP)
 def select_inputs(cfg: RoundConfig, store: str) -> RoundInputs:
     """Prompts and ranked anchor lists for the round (sql/anchor_filter), written to the prompts/anchors tables."""
@@ -105,14 +113,12 @@ def sample(ctx: StepContext, cfg: RoundConfig, inputs: SampleInputs, shard: Shar
 @task(name="generate-rubrics", **MODEL_STEP)
 def generate_rubrics(ctx: StepContext, cfg: RoundConfig, inputs: RubricInputs, shard: Shard = Shard()) -> ArtifactRef:
     """The generator's rubric list(s) for every response set of the shard."""
-    s = Store.from_url(ctx.store)
-    prompt_rows = read_rows(s, inputs.prompts)
-    span = shard.span(len(prompt_rows))
+    s, prompt_rows, span, samples = _shard_sets(ctx, inputs, shard)
     with progress.activity(shard.activity("rubrics"), "rubrics"):
         rows, cost = round_steps.generate_rubric_rows(
             engine_for(cfg.engines.generator),
             prompt_rows,
-            in_shard(read_rows(s, inputs.samples), span),
+            samples,
             cfg,
             inputs.generator_model,
             ctx.stage,
@@ -123,14 +129,12 @@ def generate_rubrics(ctx: StepContext, cfg: RoundConfig, inputs: RubricInputs, s
 @task(name="verify", **MODEL_STEP)
 def verify(ctx: StepContext, cfg: RoundConfig, inputs: VerifyInputs, shard: Shard = Shard()) -> ArtifactRef:
     """The frozen verifier's yes/no for every rubric item on every response of the shard's sets and anchors."""
-    s = Store.from_url(ctx.store)
-    prompt_rows = read_rows(s, inputs.prompts)
-    span = shard.span(len(prompt_rows))
+    s, prompt_rows, span, samples = _shard_sets(ctx, inputs, shard)
     with progress.activity(shard.activity("verify"), "verdicts"):
         rows, cost = round_steps.verify_sets(
             engine_for(cfg.engines.verifier),
             prompt_rows,
-            in_shard(read_rows(s, inputs.samples), span),
+            samples,
             read_rows(s, inputs.anchors),
             in_shard(read_rows(s, inputs.rubrics), span),
             inputs.verifier_model,
