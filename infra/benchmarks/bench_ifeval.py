@@ -47,7 +47,7 @@ from infra.benchmarks.ifeval.protocol_v2 import PROTOCOL_V2, SMOKE_V2  # noqa: E
 from infra.benchmarks.ifeval.render import markdown  # noqa: E402
 from infra.benchmarks.ifeval.run import Run  # noqa: E402
 from infra.benchmarks.ifeval.stats import hierarchical_ci  # noqa: E402
-from infra.benchmarks.learning.run import log  # noqa: E402
+from infra.benchmarks.learning.run import log, parse_or_render  # noqa: E402
 
 #: Each version's (protocol, smoke protocol).
 PROTOCOLS = {1: (PROTOCOL, SMOKE), 2: (PROTOCOL_V2, SMOKE_V2)}
@@ -75,12 +75,9 @@ def parser() -> argparse.ArgumentParser:
 
 def main() -> None:
     ap = parser()
-    args = ap.parse_args()
-    if args.render:
-        print(markdown(json.loads(args.render.read_text())))
+    args = parse_or_render(ap, markdown)
+    if args is None:
         return
-    if args.output is None:
-        ap.error("--output is required")
     models = {
         r: getattr(args, f"{r}_model") for r in ("policy", "generator", "verifier") if getattr(args, f"{r}_model")
     }

@@ -37,7 +37,6 @@ A smoke run (a few minutes): ``--smoke``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import sys
@@ -52,7 +51,7 @@ from dr_core.config import engine_config  # noqa: E402
 from dr_core.paths import cache_dir  # noqa: E402
 from infra.benchmarks.learning import generator, policy  # noqa: E402
 from infra.benchmarks.learning.render import markdown, print_tables  # noqa: E402
-from infra.benchmarks.learning.run import Run, log  # noqa: E402
+from infra.benchmarks.learning.run import Run, log, parse_or_render  # noqa: E402
 
 
 def parse_sweep(text: str) -> list[dict]:
@@ -94,13 +93,9 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main() -> None:
-    ap = parser()
-    args = ap.parse_args()
-    if args.render:
-        print(markdown(json.loads(args.render.read_text())))
+    args = parse_or_render(parser(), markdown)
+    if args is None:
         return
-    if args.output is None:
-        ap.error("--output is required")
     if args.smoke:
         args.steps, args.seeds, args.train, args.tune, args.heldout = 2, [0], 2, 2, 2
         args.sweep, args.sweep_steps, args.eval_rubrics, args.policy_steps = "5e-5:16:3,2e-4:4:4", 1, 2, 1

@@ -13,6 +13,18 @@ from dr_core.train.grpo import GeneratorRow, GRPOSettings
 ROOT = Path(__file__).resolve().parents[3]
 
 
+def parse_or_render(ap, markdown):
+    """A benchmark's arguments, parsed; None when ``--render RESULT.json`` printed a finished result's tables
+    (``markdown(result)``) instead. Without --render, ``--output`` is required (argparse's usage error)."""
+    args = ap.parse_args()
+    if args.render:
+        print(markdown(json.loads(args.render.read_text())))
+        return None
+    if args.output is None:
+        ap.error("--output is required")
+    return args
+
+
 def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
