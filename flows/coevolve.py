@@ -18,28 +18,23 @@ almost everything, sets whose scores are constant; they also go to the flow run'
 from __future__ import annotations
 
 from prefect import flow, get_run_logger
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
 from dr_core.config import CoevolveConfig, coevolve_preset, numerics
 from dr_core.runs.refs import CheckpointRef, RoundInputs, StepContext, UpdateRef
 from dr_core.scoring import signals
-from dr_core.store.artifacts import SEGMENT_PATTERN, default_store_url
 from flows import runners
-from flows.steps import Steps, measure, sample_step, with_models
+from flows.steps import RunParams, Steps, measure, sample_step, with_models
 from tasks import policy_eval as policy_eval_task
 from tasks import round as round_tasks
 from tasks import train
 from tasks.runtime import model_id
 
 
-class CoevolveParams(BaseModel):
+class CoevolveParams(RunParams):
     """Parameters of one co-evolution flow run."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True, allow_inf_nan=False)
-
     config: CoevolveConfig = Field(default_factory=lambda: coevolve_preset("tiny"), description="Algorithm 1 config.")
-    store: str = Field(default_factory=default_store_url, description="Artifact store URL (path or s3://...).")
-    run_id: str = Field("local", pattern=SEGMENT_PATTERN, description="Run id (partition).")
     start_round: int = Field(1, ge=1, description="Number of the first round to run (the anchor refresh continues).")
     generator_start: dict | None = Field(
         None, description="Checkpoint ref {uri, fingerprint} of G(start-1); None: G(0)."

@@ -11,24 +11,19 @@ re-run with the same inputs does no model work, a killed run resumes at its firs
 from __future__ import annotations
 
 from prefect import flow, get_run_logger
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from dr_core.config import RoundConfig, numerics, preset
 from dr_core.runs.refs import StepContext
-from dr_core.store.artifacts import SEGMENT_PATTERN, default_store_url
 from flows import runners
-from flows.steps import Steps, measure
+from flows.steps import RunParams, Steps, measure
 from tasks import round as round_tasks
 
 
-class RoundParams(BaseModel):
+class RoundParams(RunParams):
     """Parameters of one round flow run."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True, allow_inf_nan=False)
-
     config: RoundConfig = Field(default_factory=lambda: preset("tiny"), description="Sizes, lengths, engines.")
-    store: str = Field(default_factory=default_store_url, description="Artifact store URL (path or s3://...).")
-    run_id: str = Field("local", pattern=SEGMENT_PATTERN, description="Run id (partition).")
     round_no: int = Field(1, ge=0, description="Round t of Algorithm 1.")
     run_eval: bool = Field(True, description="Measure evaluator accuracy on the preset's eval slice.")
 

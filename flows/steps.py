@@ -12,7 +12,7 @@ import time
 
 from prefect import get_run_logger
 from prefect.futures import wait
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from dr_core import progress
 from dr_core.config import RoundConfig
@@ -29,10 +29,20 @@ from dr_core.runs.refs import (
 )
 from dr_core.runs.shards import Shard
 from dr_core.store import checkpoints
-from dr_core.store.artifacts import Store
+from dr_core.store.artifacts import SEGMENT_PATTERN, Store, default_store_url
 from flows import runners
 from tasks import round as round_tasks
 from tasks.runtime import result_storage
+
+
+class RunParams(BaseModel):
+    """What every flow run's parameters hold: where it writes and under which run id (frozen, no unknown field)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True, allow_inf_nan=False)
+
+    store: str = Field(default_factory=default_store_url, description="Artifact store URL (path or s3://...).")
+    run_id: str = Field("local", pattern=SEGMENT_PATTERN, description="Run id (partition).")
+
 
 #: The stage of the measurement's artifacts (dr_core.store.schemas.STAGES).
 STAGE = "measure"
