@@ -9,26 +9,16 @@
 # infra/install.sh calls this, so CI has the environment that tests/test_k8s_work_pool.py renders Jobs with.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+source "$root/infra/venv-lib.sh"
+tag=install-worker
 venv="${DR_WORKER_VENV:-$root/.venv-worker}"
 req="$root/infra/k8s/requirements-worker.txt"
-python="${PYTHON:-python3.11}"
 
-if [ ! -x "$venv/bin/python" ]; then
-  echo "[install-worker] creating virtual environment $venv"
-  "$python" -m venv "$venv"
-fi
-stamp="$venv/.dr-worker-stamp"
+venv_create "$tag" "$venv" "${PYTHON:-python3.11}"
 want="$(sha256sum "$req" | cut -d' ' -f1)"
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
-  echo "[install-worker] $venv is up to date"
-  exit 0
-fi
-echo "[install-worker] installing the pinned worker environment (about half a minute the first time)"
-# --require-hashes: every pin carries the sha256 of its files (written by infra/pin_hashes.py); a file whose bytes
-# are not one of them (tampered with, substituted) fails here with pip's "THESE PACKAGES DO NOT MATCH THE HASHES".
-"$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps --require-hashes -r "$req" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
-# --no-deps trusts the list to be a complete resolution: pip check proves it is.
-"$venv/bin/python" -m pip check --disable-pip-version-check >/dev/null
+venv_up_to_date "$tag" "$venv" "$venv/.dr-worker-stamp"
+echo "[$tag] installing the pinned worker environment (about half a minute the first time)"
+pip_pinned "$venv" "$req"
+pip_complete "$venv"
 "$venv/bin/python" -c "import prefect_kubernetes.worker, kubernetes_asyncio.client" >/dev/null
-echo "$want" > "$stamp"
-echo "[install-worker] done: $venv"
+venv_stamp "$tag" "$venv" "$venv/.dr-worker-stamp"

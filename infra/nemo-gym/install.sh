@@ -9,6 +9,8 @@
 # Python 3.12: $PYTHON312, else python3.12 on the PATH, else pyenv's newest 3.12 (the first that runs).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+source "$root/infra/venv-lib.sh"
+tag=install-nemo-gym
 venv="${DR_NEMO_GYM_VENV:-$root/.venv-nemo-gym}"
 req="$root/infra/nemo-gym/requirements.txt"
 
@@ -19,27 +21,18 @@ find_python312() {  # a pyenv shim named python3.12 may be on the PATH and refus
     $(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.12.*/bin/python3.12 2>/dev/null | sort -rV); do
     if [ -n "$p" ] && is_python312 "$p"; then echo "$p"; return; fi
   done
-  echo "[install-nemo-gym] error: no working Python 3.12 (nemo-gym needs >= 3.12): set PYTHON312=/path/to/python3.12" >&2
+  echo "[$tag] error: no working Python 3.12 (nemo-gym needs >= 3.12): set PYTHON312=/path/to/python3.12" >&2
   exit 2
 }
 
 if [ ! -x "$venv/bin/python" ]; then
-  python="$(find_python312)"
-  echo "[install-nemo-gym] creating virtual environment $venv ($python)"
-  "$python" -m venv "$venv"
+  python="$(find_python312)"  # an assignment, so its exit 2 stops the script (set -e); looked for only when needed
+  venv_create "$tag" "$venv" "$python"
 fi
-stamp="$venv/.dr-nemo-gym-stamp"
 want="$(sha256sum "$req" | cut -d' ' -f1)"
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
-  echo "[install-nemo-gym] $venv is up to date"
-  exit 0
-fi
-echo "[install-nemo-gym] installing the pinned NeMo Gym environment (about a minute the first time)"
-# --require-hashes: every pin carries the sha256 of its files (written by infra/pin_hashes.py); a file whose bytes
-# are not one of them (tampered with, substituted) fails here with pip's "THESE PACKAGES DO NOT MATCH THE HASHES".
-"$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps --require-hashes -r "$req" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
-# --no-deps trusts the list to be a complete resolution: pip check proves it is.
-"$venv/bin/python" -m pip check --disable-pip-version-check >/dev/null
+venv_up_to_date "$tag" "$venv" "$venv/.dr-nemo-gym-stamp"
+echo "[$tag] installing the pinned NeMo Gym environment (about a minute the first time)"
+pip_pinned "$venv" "$req"
+pip_complete "$venv"
 "$venv/bin/python" -c "import nemo_gym.base_resources_server, nemo_gym.openai_utils" >/dev/null
-echo "$want" > "$stamp"
-echo "[install-nemo-gym] done: $venv"
+venv_stamp "$tag" "$venv" "$venv/.dr-nemo-gym-stamp"

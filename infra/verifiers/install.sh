@@ -10,28 +10,17 @@
 # infra/install.sh calls this.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+source "$root/infra/venv-lib.sh"
+tag=install-verifiers
 venv="${DR_VERIFIERS_VENV:-$root/.venv-verifiers}"
 req="$root/infra/verifiers/requirements.txt"
-python="${PYTHON:-python3.11}"
 
-if [ ! -x "$venv/bin/python" ]; then
-  echo "[install-verifiers] creating virtual environment $venv"
-  "$python" -m venv "$venv"
-fi
-stamp="$venv/.dr-verifiers-stamp"
+venv_create "$tag" "$venv" "${PYTHON:-python3.11}"
 want="$(cat "$req" "$root/pyproject.toml" "$root/examples/verifiers_env/pyproject.toml" | sha256sum | cut -d' ' -f1)"
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
-  echo "[install-verifiers] $venv is up to date"
-  exit 0
-fi
-echo "[install-verifiers] installing verifiers 0.4.0 and its pinned dependencies (about two minutes the first time)"
-# --require-hashes: every pin carries the sha256 of its files (written by infra/pin_hashes.py); a file whose bytes
-# are not one of them (tampered with, substituted) fails here with pip's "THESE PACKAGES DO NOT MATCH THE HASHES".
-"$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps --require-hashes -r "$req" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
-"$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation \
-  -e "$root" -e "$root/examples/verifiers_env" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
-# --no-deps trusts the list to be a complete resolution: pip check proves it is.
-"$venv/bin/python" -m pip check --disable-pip-version-check >/dev/null
+venv_up_to_date "$tag" "$venv" "$venv/.dr-verifiers-stamp"
+echo "[$tag] installing verifiers 0.4.0 and its pinned dependencies (about two minutes the first time)"
+pip_pinned "$venv" "$req"
+pip_editable "$venv" "$root" "$root/examples/verifiers_env"
+pip_complete "$venv"
 (cd / && "$venv/bin/python" -c "import verifiers.v1, dr_rubric_env, dr_core.integrations.verifiers") >/dev/null
-echo "$want" > "$stamp"
-echo "[install-verifiers] done: $venv"
+venv_stamp "$tag" "$venv" "$venv/.dr-verifiers-stamp"

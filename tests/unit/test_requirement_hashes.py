@@ -76,13 +76,19 @@ def test_files_are_as_the_script_writes_them(name):
 
 @pytest.mark.parametrize("installer", sorted(INSTALLERS))
 def test_installers_require_hashes(installer):
+    """Each installer installs its own file through infra/venv-lib.sh's pip_pinned, once; pip_pinned is the one pip
+    line with -r, and it has --require-hashes and --no-deps; the editable installs of the project stay without."""
     script = (REPO_DIR / installer).read_text()
+    assert 'source "$root/infra/venv-lib.sh"' in script
     assert f'req="$root/{INSTALLERS[installer]}"' in script
-    installs = [line for line in script.splitlines() if "pip install" in line and '-r "$req"' in line]
-    assert len(installs) == 1, f'{installer}: expected one `pip install ... -r "$req"` line'
+    assert [line.strip() for line in script.splitlines() if "pip_pinned" in line] == ['pip_pinned "$venv" "$req"']
+    commands = [line for line in script.splitlines() if not line.lstrip().startswith("#")]
+    assert not [c for c in commands if "pip install" in c], f"{installer}: pip installs go through infra/venv-lib.sh"
+    lib = (REPO_DIR / "infra" / "venv-lib.sh").read_text().splitlines()
+    installs = [line for line in lib if "pip install" in line and "-r " in line]
+    assert len(installs) == 1, "infra/venv-lib.sh: expected one `pip install ... -r` line"
     assert "--require-hashes" in installs[0] and "--no-deps" in installs[0]
-    # the editable installs of the project stay separate commands, without hashes
-    assert all("--require-hashes" not in line for line in script.splitlines() if " -e " in line)
+    assert all("--require-hashes" not in line for line in lib if "pip install" in line and line not in installs)
 
 
 def _wheel(directory: Path, body: str) -> Path:
