@@ -46,6 +46,7 @@ from dr_core.scoring.equations import (
 )
 from dr_core.scoring.metrics import avg_at_k
 from dr_core.store import sql
+from dr_core.store.rows import RewardRow, RubricRow, SampleRow, ScoreRow, VerdictRow, rubric_rows
 from dr_core.store.schemas import spec
 
 Rows = list[dict]
@@ -121,7 +122,7 @@ def select_inputs(cfg: RoundConfig) -> tuple[Rows, Rows]:
 
 def sample_sets(
     policy: Engine, prompt_rows: Rows, cfg: RoundConfig, policy_ckpt: str, stage: str, set_offset: int = 0
-) -> Rows:
+) -> list[SampleRow]:
     """K responses per prompt (set_id = the prompt's position in the round: ``set_offset`` + its position here, for
     a shard of the round's prompts, dr_core/runs/shards.py), in one batched engine call."""
     outs = policy.chat(
@@ -133,16 +134,7 @@ def sample_sets(
     )
     faults.fault_point("sample", stage)  # DR_FAULT hook (dr_core/faults.py): model work done, nothing written
     return [
-        {
-            "stage": stage,
-            "set_id": s,
-            "prompt_id": p["prompt_id"],
-            "response_idx": j,
-            "policy_ckpt": policy_ckpt,
-            "response": text,
-            "prompt_tokens": out.prompt_tokens,
-            "response_tokens": out.completion_tokens[j],
-        }
+        SampleRow(stage, s, p["prompt_id"], j, policy_ckpt, text, out.prompt_tokens, out.completion_tokens[j])
         for s, (p, out) in enumerate(zip(prompt_rows, outs), set_offset)
         for j, text in enumerate(out.texts)
     ]
@@ -162,7 +154,7 @@ def _sets(prompt_rows: Rows, sample_rows: Rows) -> dict[int, tuple[str, list[str
 
 def generate_rubric_rows(
     generator: Engine, prompt_rows: Rows, sample_rows: Rows, cfg: RoundConfig, generator_ckpt: str, stage: str
-) -> tuple[Rows, dict]:
+) -> tuple[list[RubricRow], dict]:
     """``rubric_rollouts`` rubric lists per set (structured JSON output); a rollout with no usable rubric is one row
     with item NULL and its error. Returns (rubric rows, stage cost)."""
     sets = _sets(prompt_rows, sample_rows)
@@ -176,14 +168,8 @@ def generate_rubric_rows(
     rows = []
     for s, per_seed in zip(ids, gens):
         for rollout, g in enumerate(per_seed):
-            base = {"stage": stage, "set_id": s, "generator_ckpt": generator_ckpt, "rollout": rollout}
-            if g.rubric is None:
-                rows.append({**base, "item": None, "criterion": None, "weight": None, "error": g.error})
-            else:
-                rows.extend(
-                    {**base, "item": m, "criterion": it.criterion, "weight": it.weight, "error": None}
-                    for m, it in enumerate(g.rubric.items)
-                )
+            items = None if g.rubric is None else [(it.criterion, it.weight) for it in g.rubric.items]
+            rows += rubric_rows(stage, s, rollout, generator_ckpt, items, g.error)
     return rows, stats.as_dict()
 
 
@@ -224,7 +210,7 @@ def verify_sets(
     rubric_rows: Rows,
     verifier_name: str,
     stage: str,
-) -> tuple[Rows, dict]:
+) -> tuple[list[VerdictRow], dict]:
     """The verifier's answer for every rubric item on every response of C and of the anchor list (one batched
     call; checks sharing a response are adjacent, so the prefix cache serves them). NULL verdict = unscorable."""
     targets = _targets(prompt_rows, sample_rows, anchor_rows)
@@ -238,22 +224,13 @@ def verify_sets(
     verdicts, stats = verify(verifier, checks)
     faults.fault_point("verify", stage)  # DR_FAULT hook (dr_core/faults.py)
     rows = [
-        {
-            "stage": stage,
-            "set_id": s,
-            "rollout": rollout,
-            "item": m,
-            "target": target,
-            "response": number,
-            "verdict": None if v is UNSCORABLE else bool(v),
-            "verifier": verifier_name,
-        }
+        VerdictRow(stage, s, rollout, m, target, number, None if v is UNSCORABLE else bool(v), verifier_name)
         for (s, rollout, m, target, number), v in zip(keys, verdicts)
     ]
     return rows, stats.as_dict()
 
 
-def score_sets(rubric_rows: Rows, verdict_rows: Rows, stage: str) -> tuple[Rows, Rows]:
+def score_sets(rubric_rows: Rows, verdict_rows: Rows, stage: str) -> tuple[list[ScoreRow], list[RewardRow]]:
     """Eq. 12 scores per (rollout, response), and per rollout R_disc (Eq. 13, on C), R_anchor (Eq. 15, on the
     anchor list) and, across a set's rollouts, the Eq. 24-25 advantages (NULL when some reward is unscorable or
     there is a single rollout). Returns (score rows, reward rows)."""
@@ -272,16 +249,14 @@ def score_sets(rubric_rows: Rows, verdict_rows: Rows, stage: str) -> tuple[Rows,
             matrix = [[_bit(cell.get((s, rollout, target, n, it["item"]))) for it in items] for n in numbers]
             scores = rubric_scores(weights, matrix)
             for n, sc in zip(numbers, scores):
-                score_rows.append(
-                    {"stage": stage, "set_id": s, "rollout": rollout, "target": target, "response": n, "score": sc}
-                )
+                score_rows.append(ScoreRow(stage, s, rollout, target, n, sc))
             if target == "C" and items and numbers:
                 reward["r_disc"] = discriminability_reward(weights, matrix)
             if target == "anchor" and len(numbers) >= 2:
                 reward["r_anchor"] = anchor_reward(scores)
         reward_rows.append(reward)
     _add_advantages(reward_rows)
-    return score_rows, reward_rows
+    return score_rows, [RewardRow(**r) for r in reward_rows]
 
 
 def _bit(v: bool | None) -> int | None:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 from dr_core.constants import UNSCORABLE
 from dr_core.store.artifacts import Store
+from dr_core.store.rows import RewardRow, Row, SampleRow, ScoreRow, rubric_rows, verdict_rows
 
 if TYPE_CHECKING:
     from dr_core.evaluator.items import ScoredRubric
@@ -117,7 +118,7 @@ class Ledger:
         keys = {"run_id": self.run_id, "round": ROUND}
         written: list[str] = []
         try:
-            for table, rows in lineage_rows(self.run_id, scored, generator, verifier).items():
+            for table, rows in lineage_rows(scored, generator, verifier).items():
                 if rows:
                     written.append(self.store.write(table, rows, part=batch, **keys))
             self.store.write(COMMIT_TABLE, request_rows(self.run_id, batch, scored, answered), part=batch, **keys)
@@ -138,46 +139,40 @@ def prompt_id(prompt: str) -> str:
     return "p" + hashlib.sha256(prompt.encode()).hexdigest()[:16]
 
 
-def lineage_rows(run_id: str, scored: Sequence[ScoredSet], generator: str, verifier: str) -> dict[str, list[dict]]:
+def lineage_rows(scored: Sequence[ScoredSet], generator: str, verifier: str) -> dict[str, list[Row]]:
     """Rows of samples, rubrics, verdicts, scores and rewards for a batch (the pipeline's tables, stage
-    ``service``; set_id from the set key). The ``requests`` rows come from ``request_rows``."""
-    rows: dict[str, list[dict]] = {t: [] for t in LINEAGE_TABLES}
+    ``service``; set_id from the set key; the writer adds run_id and round). The ``requests`` rows come from
+    ``request_rows``."""
+    rows: dict[str, list[Row]] = {t: [] for t in LINEAGE_TABLES}
     for s in scored:
-        keyed = {"run_id": run_id, "round": ROUND, "stage": STAGE, "set_id": s.job.set_id}
-        pid = prompt_id(s.job.prompt)
+        set_id, pid = s.job.set_id, prompt_id(s.job.prompt)
         for k, text in enumerate(s.job.responses):
-            rows["samples"].append(
-                {**keyed, "prompt_id": pid, "response_idx": k, "policy_ckpt": "external", "response": text}
-            )
+            rows["samples"].append(SampleRow(STAGE, set_id, pid, k, "external", text, None, None))
         for rollout, r in enumerate(s.rubrics):
-            _rollout_rows(rows, {**keyed, "rollout": rollout}, r, len(s.job.responses), generator, verifier)
+            _rollout_rows(rows, set_id, rollout, r, len(s.job.responses), generator, verifier)
     return rows
 
 
 def _rollout_rows(
-    rows: dict[str, list[dict]], keyed: dict, r: ScoredRubric, n_responses: int, generator: str, verifier: str
+    rows: dict[str, list[Row]],
+    set_id: int,
+    rollout: int,
+    r: ScoredRubric,
+    n_responses: int,
+    generator: str,
+    verifier: str,
 ) -> None:
     """One rollout's rubric items (one row with the error when it has no rubric), verdicts, scores and R_disc."""
     g = r.generation
-    if g.rubric is None:
-        rows["rubrics"].append(
-            {**keyed, "generator_ckpt": generator, "item": None, "criterion": None, "weight": None, "error": g.error}
-        )
-    else:
-        for m, (c, w) in enumerate(zip(g.rubric.criteria, g.rubric.weights)):
-            rows["rubrics"].append(
-                {**keyed, "generator_ckpt": generator, "item": m, "criterion": c, "weight": w, "error": None}
-            )
+    items = None if g.rubric is None else list(zip(g.rubric.criteria, g.rubric.weights))
+    rows["rubrics"] += rubric_rows(STAGE, set_id, rollout, generator, items, g.error)
+    if items is not None:
         for k, verdict_row in enumerate(r.verdicts or []):
-            for m, v in enumerate(verdict_row):
-                verdict = None if v is UNSCORABLE else bool(v)
-                rows["verdicts"].append(
-                    {**keyed, "item": m, "target": "C", "response": k, "verdict": verdict, "verifier": verifier}
-                )
+            rows["verdicts"] += verdict_rows(STAGE, set_id, rollout, "C", k, verdict_row, verifier)
     for k in range(n_responses):
         score = r.scores[k] if r.scores is not None else UNSCORABLE
-        rows["scores"].append({**keyed, "target": "C", "response": k, "score": score})
-    rows["rewards"].append({**keyed, "r_disc": r.r_disc})
+        rows["scores"].append(ScoreRow(STAGE, set_id, rollout, "C", k, score))
+    rows["rewards"].append(RewardRow(STAGE, set_id, rollout, r.r_disc, None, None, None, None))
 
 
 def request_rows(run_id: str, batch: str, scored: Sequence[ScoredSet], answered: dict[str, dict]) -> list[dict]:

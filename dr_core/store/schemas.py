@@ -318,8 +318,8 @@ def _check_enums(table: str, t: pa.Table) -> None:
 def to_arrow(data) -> pa.Table:
     if isinstance(data, pa.Table):
         return data
-    if isinstance(data, list):
-        return pa.Table.from_pylist(data)
+    if isinstance(data, list):  # of dicts, or of typed rows (dr_core.store.rows: read-only mappings)
+        return pa.Table.from_pylist([r if isinstance(r, dict) else dict(r) for r in data])
     if hasattr(data, "to_arrow"):  # polars
         return data.to_arrow()
     if hasattr(data, "to_dict") and hasattr(data, "columns"):  # pandas

@@ -17,6 +17,7 @@ from collections import defaultdict
 
 from dr_core.scoring import signals
 from dr_core.scoring.equations import ADV_EPS
+from dr_core.store.rows import RewardRow, Row, SampleRow, ScoreRow, rubric_rows, verdict_rows
 from dr_core.train.rows import GeneratorRow, PolicyRow
 
 Rows = list[dict]
@@ -87,30 +88,12 @@ class RolloutSink:
         return signals.zero_std_by_step((r["step"], r["group_id"], r[reward]) for r in self.records)
 
     # -- generator --------------------------------------------------------------------------------------------
-    def generator_tables(self) -> dict[str, Rows]:
+    def generator_tables(self) -> dict[str, list[Row]]:
         rubrics, verdicts, scores, rewards = [], [], [], []
         for rec in self.records:
-            base = {
-                "stage": "generator",
-                "set_id": rec["group_id"],
-                "rollout": rec["step"] * self.group_size + rec["rollout"],
-            }
-            if rec["items"] is None:
-                rubrics.append(
-                    {
-                        **base,
-                        "generator_ckpt": self.model,
-                        "item": None,
-                        "criterion": None,
-                        "weight": None,
-                        "error": rec["error"] or "unparseable",
-                    }
-                )
-            else:
-                rubrics.extend(
-                    {**base, "generator_ckpt": self.model, "item": m, "criterion": c, "weight": w, "error": None}
-                    for m, (c, w) in enumerate(rec["items"])
-                )
+            set_id, rollout = rec["group_id"], rec["step"] * self.group_size + rec["rollout"]
+            error = rec["error"] or "unparseable"
+            rubrics += rubric_rows("generator", set_id, rollout, self.model, rec["items"], error)
             ranks = self.anchor_ranks.get(rec["group_id"])
             for target, matrix, score_list in (
                 ("C", rec["verdicts_C"], rec["scores_C"]),
@@ -118,33 +101,15 @@ class RolloutSink:
             ):
                 for j, row in enumerate(matrix or []):
                     number = (ranks[j] if ranks else j + 1) if target == "anchor" else j
-                    verdicts.extend(
-                        {
-                            **base,
-                            "item": m,
-                            "target": target,
-                            "response": number,
-                            "verdict": None if v is None else bool(v),
-                            "verifier": self.verifier,
-                        }
-                        for m, v in enumerate(row)
-                    )
+                    verdicts += verdict_rows("generator", set_id, rollout, target, number, row, self.verifier)
                     sc = score_list[j] if score_list else None
-                    scores.append({**base, "target": target, "response": number, "score": sc})
-            rewards.append(
-                {
-                    **base,
-                    "r_disc": rec["r_disc"] if rec["scorable"] else None,
-                    "r_anchor": rec["r_anchor"] if rec["scorable"] else None,
-                    "adv_disc": None,
-                    "adv_anchor": None,
-                    "advantage": rec["advantage"],
-                }
-            )
+                    scores.append(ScoreRow("generator", set_id, rollout, target, number, sc))
+            r_disc, r_anchor = (rec["r_disc"], rec["r_anchor"]) if rec["scorable"] else (None, None)
+            rewards.append(RewardRow("generator", set_id, rollout, r_disc, r_anchor, None, None, rec["advantage"]))
         return {"rubrics": rubrics, "verdicts": verdicts, "scores": scores, "rewards": rewards}
 
     # -- policy -----------------------------------------------------------------------------------------------
-    def policy_tables(self) -> dict[str, Rows]:
+    def policy_tables(self) -> dict[str, list[Row]]:
         """samples, rubrics, verdicts, scores (the Eq. 12 score is the rollout's reward) and rewards (one row per
         completion: rollout = step * K + index, the Eq. 21 advantage TRL gives it; no R_disc / R_anchor)."""
         samples, rubrics, verdicts, scores, rewards = [], [], [], [], []
@@ -153,76 +118,17 @@ class RolloutSink:
             key = (rec["step"], rec["group_id"])
             new_set = key not in set_ids
             set_id = set_ids.setdefault(key, len(set_ids))
-            base = {"stage": "policy", "set_id": set_id}
-            samples.append(
-                {
-                    **base,
-                    "prompt_id": rec["prompt_id"],
-                    "response_idx": rec["rollout"],
-                    "policy_ckpt": self.model,
-                    "response": rec["text"],
-                    "prompt_tokens": None,
-                    "response_tokens": None,
-                }
-            )
-            if new_set:
-                rubrics.extend(self._policy_rubric(base, rec))
-            verdicts.extend(self._policy_verdicts(base, rec))
-            scores.append({**base, "rollout": 0, "target": "C", "response": rec["rollout"], "score": rec["score"]})
-            rewards.append(
-                {
-                    **base,
-                    "rollout": rec["step"] * self.group_size + rec["rollout"],
-                    "r_disc": None,
-                    "r_anchor": None,
-                    "adv_disc": None,
-                    "adv_anchor": None,
-                    "advantage": advantage,
-                }
-            )
+            k = rec["rollout"]
+            samples.append(SampleRow("policy", set_id, rec["prompt_id"], k, self.model, rec["text"], None, None))
+            if new_set:  # the set's rubric, from its first record: one row per item, or one error row
+                rubrics += rubric_rows(
+                    "policy", set_id, 0, self.generator, rec["rubric_items"], rec["rubric_error"] or "unparseable"
+                )
+            verdicts += verdict_rows("policy", set_id, 0, "C", k, rec["verdicts"] or [], self.verifier)
+            scores.append(ScoreRow("policy", set_id, 0, "C", k, rec["score"]))
+            rollout = rec["step"] * self.group_size + k
+            rewards.append(RewardRow("policy", set_id, rollout, None, None, None, None, advantage))
         return {"samples": samples, "rubrics": rubrics, "verdicts": verdicts, "scores": scores, "rewards": rewards}
-
-    def _policy_rubric(self, base: dict, rec: dict) -> Rows:
-        """The rubric rows of a policy response set (from its first record): one per item, or one error row."""
-        if rec["rubric_items"] is None:
-            return [
-                {
-                    **base,
-                    "generator_ckpt": self.generator,
-                    "rollout": 0,
-                    "item": None,
-                    "criterion": None,
-                    "weight": None,
-                    "error": rec["rubric_error"] or "unparseable",
-                }
-            ]
-        return [
-            {
-                **base,
-                "generator_ckpt": self.generator,
-                "rollout": 0,
-                "item": m,
-                "criterion": c,
-                "weight": w,
-                "error": None,
-            }
-            for m, (c, w) in enumerate(rec["rubric_items"])
-        ]
-
-    def _policy_verdicts(self, base: dict, rec: dict) -> Rows:
-        """The verdict rows of one policy rollout, one per rubric item."""
-        return [
-            {
-                **base,
-                "rollout": 0,
-                "item": m,
-                "target": "C",
-                "response": rec["rollout"],
-                "verdict": None if v is None else bool(v),
-                "verifier": self.verifier,
-            }
-            for m, v in enumerate(rec["verdicts"] or [])
-        ]
 
 
 def _policy_advantages(records: list[dict]) -> list[float]:

@@ -7,6 +7,7 @@ import pytest
 
 from dr_core.config import preset
 from dr_core.runs import round_steps
+from dr_core.store.rows import RubricRow, VerdictRow
 from tests.support.fakes import round_engine
 
 RUBRIC = [{"criterion": "Mentions detail", "weight": 3}, {"criterion": "Says answer", "weight": 1}]
@@ -49,49 +50,10 @@ def test_round_steps_shapes_and_scores():
 
 def test_unusable_rubric_and_missing_verdicts_are_unscorable():
     rubrics = [
-        {
-            "stage": "measure",
-            "set_id": 0,
-            "rollout": 0,
-            "generator_ckpt": "g",
-            "item": None,
-            "criterion": None,
-            "weight": None,
-            "error": "truncated_json",
-        },
-        {
-            "stage": "measure",
-            "set_id": 0,
-            "rollout": 1,
-            "generator_ckpt": "g",
-            "item": 0,
-            "criterion": "A",
-            "weight": 2,
-            "error": None,
-        },
+        RubricRow("measure", 0, "g", 0, None, None, None, "truncated_json"),
+        RubricRow("measure", 0, "g", 1, 0, "A", 2, None),
     ]
-    verdicts = [
-        {
-            "stage": "measure",
-            "set_id": 0,
-            "rollout": 1,
-            "item": 0,
-            "target": "C",
-            "response": 0,
-            "verdict": True,
-            "verifier": "v",
-        },
-        {
-            "stage": "measure",
-            "set_id": 0,
-            "rollout": 1,
-            "item": 0,
-            "target": "C",
-            "response": 1,
-            "verdict": None,
-            "verifier": "v",
-        },
-    ]
+    verdicts = [VerdictRow("measure", 0, 1, 0, "C", 0, True, "v"), VerdictRow("measure", 0, 1, 0, "C", 1, None, "v")]
     scores, rewards = round_steps.score_sets(rubrics, verdicts, "measure")
     by = {(r["rollout"]): r for r in rewards}
     assert by[0]["r_disc"] is None and by[0]["r_anchor"] is None  # no rubric: unscorable, not 0

@@ -1,0 +1,187 @@
+"""Typed, frozen rows: one class per artifact table, checked against the table's schema (``schemas.TABLES``).
+
+- When the class is defined: its fields are the table's columns in schema order, less the partition keys the
+  writer adds (``run_id``, ``round``), or it is a TypeError.
+- When a row is built: every value is of its column's type (str, int, float, bool; an int is not a bool), and None
+  only where the column is nullable, or it is a ValueError naming the table, the field and the value.
+
+A row is also a read-only mapping (``row["item"]``, ``{**row}``, ``dict(row)``), so the code that reads rows as
+dicts reads these unchanged, and ``schemas.to_arrow`` stores ``dict(row)``: the same values a dict row held, so the
+stored bytes are the same.
+
+    >>> SampleRow("measure", 0, "p0", 0, "policy@0", "hi", None, 2)["response"]
+    'hi'
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any, Callable, ClassVar, TypeVar
+
+import pyarrow as pa
+
+from dr_core.store.schemas import TABLES
+
+R = TypeVar("R", bound="Row")
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+
+def _is_float(v: Any) -> bool:
+    return isinstance(v, numbers.Real) and not isinstance(v, bool)
+
+
+def _checker(typ: pa.DataType) -> tuple[str, Callable[[Any], bool]]:
+    """(type name, check) for a value of a column of arrow type ``typ``."""
+    if pa.types.is_string(typ):
+        return "str", lambda v: isinstance(v, str)
+    if pa.types.is_boolean(typ):
+        return "bool", lambda v: isinstance(v, bool)
+    if pa.types.is_integer(typ):
+        return "int", _is_int
+    if pa.types.is_floating(typ):
+        return "float", _is_float
+    raise TypeError(f"no typed-row check for arrow type {typ}")
+
+
+class Row(Mapping):
+    """The base of the typed rows; subclasses are made with ``@table_row("<table>")``."""
+
+    TABLE: ClassVar[str]
+    _NAMES: ClassVar[tuple[str, ...]]
+    _CHECKS: ClassVar[tuple[tuple[str, bool, str, Callable[[Any], bool]], ...]]
+
+    def __post_init__(self) -> None:
+        for name, nullable, type_name, ok in self._CHECKS:
+            v = getattr(self, name)
+            if v is None:
+                if not nullable:
+                    raise ValueError(f"{self.TABLE}.{name}: None in a required column")
+            elif not ok(v):
+                raise ValueError(f"{self.TABLE}.{name}: expected {type_name}, got {type(v).__name__} {v!r:.80}")
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self._NAMES:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._NAMES)
+
+    def __len__(self) -> int:
+        return len(self._NAMES)
+
+
+def table_row(table: str) -> Callable[[type[R]], type[R]]:
+    """Make ``cls`` (annotated fields, in the table's column order) a frozen dataclass row of ``table``."""
+
+    def make(cls: type[R]) -> type[R]:
+        cls = dataclass(frozen=True, eq=True)(cls)
+        spec = TABLES[table]
+        names = tuple(f.name for f in fields(cls))
+        want = tuple(c for c in spec.columns if c not in spec.partition_by)
+        if names != want:
+            raise TypeError(f"{cls.__name__}: fields {names} are not table {table!r}'s columns {want}")
+        checks = []
+        for name in names:
+            field = spec.schema.field(name)
+            checks.append((name, field.nullable, *_checker(field.type)))
+        cls.TABLE, cls._CHECKS, cls._NAMES = table, tuple(checks), names
+        return cls
+
+    return make
+
+
+@table_row("samples")
+class SampleRow(Row):
+    """One sampled response of the set ``set_id`` (position ``response_idx``)."""
+
+    stage: str
+    set_id: int
+    prompt_id: str
+    response_idx: int
+    policy_ckpt: str
+    response: str
+    prompt_tokens: int | None
+    response_tokens: int | None
+
+
+@table_row("rubrics")
+class RubricRow(Row):
+    """One rubric item of rollout ``rollout`` for set ``set_id``; item, criterion and weight None (and ``error``
+    set) for a rollout that gave no usable rubric."""
+
+    stage: str
+    set_id: int
+    generator_ckpt: str
+    rollout: int
+    item: int | None
+    criterion: str | None
+    weight: int | None
+    error: str | None
+
+
+@table_row("verdicts")
+class VerdictRow(Row):
+    """The verifier's yes/no (None: unscorable) for one rubric item on one target response (``target`` "C":
+    ``response`` is the index in the set; "anchor": the anchor's rank)."""
+
+    stage: str
+    set_id: int
+    rollout: int
+    item: int
+    target: str
+    response: int
+    verdict: bool | None
+    verifier: str
+
+
+@table_row("scores")
+class ScoreRow(Row):
+    """The Eq. 12 score of one target response under one rubric rollout (None: unscorable)."""
+
+    stage: str
+    set_id: int
+    rollout: int
+    target: str
+    response: int
+    score: float | None
+
+
+@table_row("rewards")
+class RewardRow(Row):
+    """One GRPO rollout's R_disc (Eq. 13), R_anchor (Eq. 15) and advantages (Eq. 24-25); None where unscorable."""
+
+    stage: str
+    set_id: int
+    rollout: int
+    r_disc: float | None
+    r_anchor: float | None
+    adv_disc: float | None
+    adv_anchor: float | None
+    advantage: float | None
+
+
+def rubric_rows(
+    stage: str, set_id: int, rollout: int, generator: str, items: Sequence[tuple[str, int]] | None, error: str | None
+) -> list[RubricRow]:
+    """One rollout's rubric: a row per (criterion, weight) of ``items``, or one row with ``error`` when it gave no
+    usable rubric (``items`` None)."""
+    if items is None:
+        return [RubricRow(stage, set_id, generator, rollout, None, None, None, error)]
+    return [RubricRow(stage, set_id, generator, rollout, m, c, w, None) for m, (c, w) in enumerate(items)]
+
+
+def verdict_rows(
+    stage: str, set_id: int, rollout: int, target: str, response: int, verdicts: Sequence, verifier: str
+) -> list[VerdictRow]:
+    """A row per rubric item's verdict on one response (item = position in ``verdicts``; None stays None:
+    unscorable; any other value is its truth)."""
+    return [
+        VerdictRow(stage, set_id, rollout, m, target, response, None if v is None else bool(v), verifier)
+        for m, v in enumerate(verdicts)
+    ]
