@@ -46,7 +46,7 @@ from dr_core.scoring.equations import (
 )
 from dr_core.scoring.metrics import avg_at_k
 from dr_core.store import sql
-from dr_core.store.rows import RewardRow, RubricRow, SampleRow, ScoreRow, VerdictRow, rubric_rows
+from dr_core.store.rows import EvalRow, RewardRow, RubricRow, SampleRow, ScoreRow, StepRow, VerdictRow, rubric_rows
 from dr_core.store.schemas import spec
 
 Rows = list[dict]
@@ -298,7 +298,7 @@ def anchor_gaps(score_rows: Rows) -> list[float]:
 
 def evaluate_evaluator(
     generator: Engine, verifier: Engine, cfg: RoundConfig, checkpoint: str, verifier_name: str
-) -> tuple[Rows, dict]:
+) -> tuple[list[EvalRow], dict]:
     """Strict accuracy (and ties, unscorable; nDCG for lists) of generator + verifier on ``cfg.eval_data``, one
     eval row per (seed, metric) plus the AVG@N rows (seed -1). Returns (eval rows, metrics dict)."""
     from dr_core.runs.evaluate import eval_items
@@ -311,13 +311,10 @@ def evaluate_evaluator(
     )
     metrics = evaluator_metrics(cfg.eval_format, ev, relevance)
     bench = dataset_name(cfg.eval_data)
-    base = {"benchmark": bench, "checkpoint": checkpoint, "verifier": verifier_name}
-    rows = [
-        {**base, "seed": seeds[i], "metric": "accuracy", "value": a} for i, a in enumerate(metrics["accuracy_per_seed"])
-    ]
-    rows += [{**base, "seed": -1, "metric": m, "value": metrics[m]} for m in ("accuracy", "ties", "unscorable")]
-    if "ndcg" in metrics:
-        rows.append({**base, "seed": -1, "metric": "ndcg", "value": metrics["ndcg"]})
+    per_seed = [(seed, "accuracy", a) for seed, a in zip(seeds, metrics["accuracy_per_seed"])]
+    overall = [(-1, m, metrics[m]) for m in ("accuracy", "ties", "unscorable")]
+    overall += [(-1, "ndcg", metrics["ndcg"])] if "ndcg" in metrics else []
+    rows = [EvalRow(bench, checkpoint, verifier_name, seed, m, v) for seed, m, v in per_seed + overall]
     costs = {"generation": ev.generation.as_dict(), "verification": ev.verification.as_dict()}
     return rows, {**{k: metrics[k] for k in ("n", "seeds", "accuracy", "ties", "unscorable")}, "costs": costs}
 
@@ -366,20 +363,20 @@ def rows_of(table: pa.Table, drop: Sequence[str] = ("run_id", "round")) -> Rows:
     return [{k: v for k, v in r.items() if k not in drop} for r in table.to_pylist()]
 
 
-def step_rows(entries: dict[str, dict], flow: str, execution: str) -> Rows:
+def step_rows(entries: dict[str, dict], flow: str, execution: str) -> list[StepRow]:
     """Rows of the ``steps`` table from a flow's step log (name -> {"state", "seconds", "started_at" ISO-8601,
     "peak_rss_mb" (optional: the step's peak resident memory)})."""
     import datetime as dt
 
     return [
-        {
-            "execution": execution,
-            "flow": flow,
-            "step": name,
-            "state": e["state"],
-            "started_at": dt.datetime.fromisoformat(e["started_at"]),
-            "seconds": None if e["seconds"] is None else float(e["seconds"]),
-            "peak_rss_mb": e.get("peak_rss_mb"),
-        }
+        StepRow(
+            execution,
+            flow,
+            name,
+            e["state"],
+            dt.datetime.fromisoformat(e["started_at"]),
+            None if e["seconds"] is None else float(e["seconds"]),
+            e.get("peak_rss_mb"),
+        )
         for name, e in entries.items()
     ]

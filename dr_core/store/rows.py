@@ -2,8 +2,8 @@
 
 - When the class is defined: its fields are the table's columns in schema order, less the partition keys the
   writer adds (``run_id``, ``round``), or it is a TypeError.
-- When a row is built: every value is of its column's type (str, int, float, bool; an int is not a bool), and None
-  only where the column is nullable, or it is a ValueError naming the table, the field and the value.
+- When a row is built: every value is of its column's type (str, int, float, bool, datetime; an int is not a
+  bool), and None only where the column is nullable, or it is a ValueError naming the table, the field and the value.
 
 A row is also a read-only mapping (``row["item"]``, ``{**row}``, ``dict(row)``), so the code that reads rows as
 dicts reads these unchanged, and ``schemas.to_arrow`` stores ``dict(row)``: the same values a dict row held, so the
@@ -15,6 +15,7 @@ stored bytes are the same.
 
 from __future__ import annotations
 
+import datetime as dt
 import numbers
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
@@ -45,6 +46,8 @@ def _checker(typ: pa.DataType) -> tuple[str, Callable[[Any], bool]]:
         return "int", _is_int
     if pa.types.is_floating(typ):
         return "float", _is_float
+    if pa.types.is_timestamp(typ):
+        return "datetime", lambda v: isinstance(v, dt.datetime)
     raise TypeError(f"no typed-row check for arrow type {typ}")
 
 
@@ -164,6 +167,33 @@ class RewardRow(Row):
     adv_disc: float | None
     adv_anchor: float | None
     advantage: float | None
+
+
+@table_row("eval")
+class EvalRow(Row):
+    """One metric of a benchmark for a checkpoint (``verifier``: the judge; ``seed`` -1 for a metric over all
+    seeds); ``value`` None when it could not be computed."""
+
+    benchmark: str
+    checkpoint: str
+    verifier: str | None
+    seed: int
+    metric: str
+    value: float | None
+
+
+@table_row("steps")
+class StepRow(Row):
+    """One flow step of one flow run (``execution``): its state, start, wall seconds and the flow process's peak
+    resident memory meanwhile (MB); seconds None while Running."""
+
+    execution: str
+    flow: str
+    step: str
+    state: str
+    started_at: dt.datetime
+    seconds: float | None
+    peak_rss_mb: float | None
 
 
 def rubric_rows(

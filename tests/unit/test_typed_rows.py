@@ -6,10 +6,12 @@ built, a row reads like the dict it replaces, and the stored bytes of typed rows
 
 from __future__ import annotations
 
+import datetime as dt
+
 import pytest
 
 from dr_core.store.artifacts import Store
-from dr_core.store.rows import RewardRow, Row, RubricRow, SampleRow, ScoreRow, VerdictRow, table_row
+from dr_core.store.rows import EvalRow, RewardRow, Row, RubricRow, SampleRow, ScoreRow, StepRow, VerdictRow, table_row
 
 ROWS = {
     "samples": [SampleRow("measure", 0, "p0", j, "policy@0", f"answer {j}", 12, 3 + j) for j in range(3)],
@@ -20,6 +22,8 @@ ROWS = {
     "verdicts": [VerdictRow("measure", 0, 0, 0, t, n, v, "ver") for t, n, v in [("C", 0, True), ("anchor", 1, None)]],
     "scores": [ScoreRow("measure", 0, 0, "C", 0, 0.75), ScoreRow("measure", 0, 0, "anchor", 1, None)],
     "rewards": [RewardRow("measure", 0, r, 0.25 * r, -1.0, None, None, None) for r in range(2)],
+    "eval": [EvalRow("rewardbench", "gen@0", "ver", 0, "accuracy", 0.5), EvalRow("rb", "g", None, -1, "ties", None)],
+    "steps": [StepRow("e1", "dr-round", "sample", "Completed", dt.datetime(2026, 12, 7, tzinfo=dt.UTC), 1.5, None)],
 }
 
 
@@ -42,6 +46,7 @@ def test_a_row_reads_like_the_dict_it_replaces():
         (lambda: VerdictRow("measure", 0, 0, 0, "C", True, True, "v"), "verdicts.response: expected int, got bool"),
         (lambda: RubricRow("measure", "0", "g", 0, 0, "c", 1, None), "rubrics.set_id: expected int, got str '0'"),
         (lambda: ScoreRow("measure", 0, 0, "C", 0, "0.5"), "scores.score: expected float, got str"),
+        (lambda: StepRow("e", "f", "s", "Running", "2026-12-07", None, None), "steps.started_at: expected datetime"),
     ],
 )
 def test_a_bad_value_is_refused_when_the_row_is_built(build, message):

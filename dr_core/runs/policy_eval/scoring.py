@@ -28,6 +28,7 @@ from dr_core.evaluator import answers
 from dr_core.evaluator import judge as judge_mod
 from dr_core.evaluator.judge import DEFAULT_PROCEDURE, TIE_THRESHOLD, JudgeProcedure
 from dr_core.runs.policy_eval.answers import Answer
+from dr_core.store.rows import EvalRow
 
 Log = Callable[[str], None]
 #: Bootstrap resamples and confidence level of the win-rate interval.
@@ -163,7 +164,7 @@ def judge_and_score(
     return metrics, records
 
 
-def eval_rows(metrics: dict, *, benchmark: str, checkpoint: str, judge: str, seed: int) -> list[dict]:
+def eval_rows(metrics: dict, *, benchmark: str, checkpoint: str, judge: str, seed: int) -> list[EvalRow]:
     """``eval`` table rows (benchmark, checkpoint, verifier = the judge, seed, metric, value) of a pairwise run;
     a value that could not be computed is NULL."""
     ci = metrics.get("win_rate_ci95") or [None, None]
@@ -179,8 +180,7 @@ def eval_rows(metrics: dict, *, benchmark: str, checkpoint: str, judge: str, see
         "judge_position_a_rate": metrics.get("judge_position_a_rate"),
         "judge_position_bias": metrics.get("judge_position_bias"),
     }
-    base = {"benchmark": benchmark, "checkpoint": checkpoint, "verifier": judge, "seed": seed}
-    return [{**base, "metric": k, "value": None if v is None else float(v)} for k, v in values.items()]
+    return [EvalRow(benchmark, checkpoint, judge, seed, k, None if v is None else float(v)) for k, v in values.items()]
 
 
 # -- verifiable tasks -------------------------------------------------------------------------------------------------
