@@ -18,6 +18,8 @@ Unit-test a body without Prefect through ``.fn``: ``sample.fn(ctx, cfg, inputs.p
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from prefect import task
 
 from dr_core import progress
@@ -39,6 +41,7 @@ from dr_core.runs.shards import Shard, ShardError, add_costs, in_shard
 from dr_core.runs.shards import merge as merge_rows
 from dr_core.runs.shards import ordered as shard_order
 from dr_core.store.artifacts import Store
+from dr_core.store.rows import RunRow
 from tasks.options import content_cache_key, retry_on_transient
 from tasks.runtime import engine_for, in_run, read_rows, write_ref
 
@@ -89,11 +92,9 @@ def select_inputs(cfg: RoundConfig, store: str) -> RoundInputs:
     s = Store.from_url(store)
     prompt_rows, anchor_rows = round_steps.select_inputs(cfg)
     ds = f"{prompt_rows[0]['dataset']}.n{cfg.n_prompts}-a{cfg.n_anchor}-m{cfg.min_anchor_responses}"
-    for r in prompt_rows + anchor_rows:
-        r["dataset"] = ds
     return RoundInputs(
-        prompts=write_ref(s, "prompts", prompt_rows, "selected", dataset=ds),
-        anchors=write_ref(s, "anchors", anchor_rows, "selected", dataset=ds),
+        prompts=write_ref(s, "prompts", [replace(r, dataset=ds) for r in prompt_rows], "selected", dataset=ds),
+        anchors=write_ref(s, "anchors", [replace(r, dataset=ds) for r in anchor_rows], "selected", dataset=ds),
     )
 
 
@@ -233,13 +234,7 @@ def record_run(ctx: StepContext, cfg: RoundConfig, status: str) -> str:
 
     from tasks.options import code_version
 
-    row = {
-        "run_id": ctx.run_id,
-        "created_at": dt.datetime.now(dt.timezone.utc),
-        "status": status,
-        "config_json": cfg.model_dump_json(),
-        "code_version": code_version(),
-    }
+    row = RunRow(ctx.run_id, dt.datetime.now(dt.timezone.utc), status, cfg.model_dump_json(), code_version())
     return Store.from_url(ctx.store).write("runs", [row], part=f"round-{ctx.round_no}", run_id=ctx.run_id)
 
 

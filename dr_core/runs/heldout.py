@@ -21,6 +21,7 @@ from dr_core.runs.refs import CheckpointRef, EvalRef, StepContext, write_ref
 from dr_core.runs.round_steps import dataset_name, resolve_data
 from dr_core.store import checkpoints, sql
 from dr_core.store.artifacts import Store
+from dr_core.store.rows import IngestedPromptRow
 
 #: The metrics an evaluation's reference carries (the round summary's ``policy_eval``).
 SUMMARY_METRICS = (
@@ -58,7 +59,7 @@ def heldout_prompts(s: Store, cfg: CoevolveConfig) -> list:
     path = resolve_data(pe.data)
     rows = load(path, "policy_eval", pe.limit)
     ds = "heldout-" + dataset_name(pe.data)
-    prompt_rows = [{"dataset": ds, "prompt_id": r.id, "prompt": r.prompt, "baseline": r.baseline} for r in rows]
+    prompt_rows = [IngestedPromptRow(ds, r.id, r.prompt, r.baseline) for r in rows]
     write_ref(s, "prompts", prompt_rows, "heldout", dataset=ds)
     overlap = heldout_overlap(s, ds)
     if overlap:

@@ -12,27 +12,13 @@ from pathlib import Path
 from dr_core.datasets import DataError, load_prompts, load_ranked
 from dr_core.errors import DRError
 from dr_core.store.artifacts import Store
+from dr_core.store.rows import IngestedPromptRow, anchor_rows
 
 INGEST_KINDS = ("anchors", "prompts")
 
 
 class CommandError(DRError, ValueError):
     """A user error: the CLI prints the message and exits non-zero; nothing has been written."""
-
-
-def _anchor_rows(path: Path) -> list[dict]:
-    rows = []
-    for r in load_ranked(path):
-        for rank, response in enumerate(r.responses, start=1):
-            score = r.scores[rank - 1] if r.scores else None
-            rows.append(
-                dict(prompt_id=r.id, prompt=r.prompt, rank=rank, response=response, source=r.source, score=score)
-            )
-    return rows
-
-
-def _prompt_rows(path: Path) -> list[dict]:
-    return [dict(prompt_id=r.id, prompt=r.prompt, baseline=r.baseline) for r in load_prompts(path)]
 
 
 def ingest(
@@ -44,11 +30,15 @@ def ingest(
     StoreError for a store that cannot be written (an S3 bucket that does not exist, unless ``create_bucket``)."""
     if kind not in INGEST_KINDS:
         raise CommandError(f"cannot ingest {kind!r}; expected one of {', '.join(INGEST_KINDS)}")
+    name = dataset or file.stem
     try:
-        rows = _anchor_rows(file) if kind == "anchors" else _prompt_rows(file)
+        rows = (
+            anchor_rows(name, load_ranked(file))
+            if kind == "anchors"
+            else [IngestedPromptRow(name, r.id, r.prompt, r.baseline) for r in load_prompts(file)]
+        )
     except DataError as exc:
         raise CommandError(f"{exc} (nothing was written)") from None
-    name = dataset or file.stem
     try:
         store = Store.from_url(store_url)
         store.uri_for(kind, dataset=name)  # a bad dataset name: refused before anything is written

@@ -46,7 +46,19 @@ from dr_core.scoring.equations import (
 )
 from dr_core.scoring.metrics import avg_at_k
 from dr_core.store import sql
-from dr_core.store.rows import EvalRow, RewardRow, RubricRow, SampleRow, ScoreRow, StepRow, VerdictRow, rubric_rows
+from dr_core.store.rows import (
+    AnchorRow,
+    EvalRow,
+    IngestedPromptRow,
+    RewardRow,
+    RubricRow,
+    SampleRow,
+    ScoreRow,
+    StepRow,
+    VerdictRow,
+    anchor_rows,
+    rubric_rows,
+)
 from dr_core.store.schemas import spec
 
 Rows = list[dict]
@@ -75,26 +87,14 @@ def spread_ranks(n: int, k: int) -> list[int]:
     return sorted({int(round(x)) + 1 for x in np.linspace(0, n - 1, k)})
 
 
-def select_inputs(cfg: RoundConfig) -> tuple[Rows, Rows]:
+def select_inputs(cfg: RoundConfig) -> tuple[list[IngestedPromptRow], list[AnchorRow]]:
     """Prompts and anchor rows for the round: the anchor file's lists that pass sql/anchor_filter, first
     ``n_prompts`` in file order, each with ``n_anchor`` ranks spread over its ranking. Returns (prompts, anchors)."""
     path = resolve_data(cfg.anchors)
     ranked = load_ranked(path)
     ds = dataset_name(cfg.anchors)
-    rows = [
-        {
-            "dataset": ds,
-            "prompt_id": r.id,
-            "prompt": r.prompt,
-            "rank": i + 1,
-            "response": resp,
-            "source": r.source,
-            "score": r.scores[i] if r.scores else None,
-        }
-        for r in ranked
-        for i, resp in enumerate(r.responses)
-    ]
-    table = pa.Table.from_pylist(rows, schema=spec("anchors").schema)
+    rows = anchor_rows(ds, ranked)
+    table = pa.Table.from_pylist([dict(r) for r in rows], schema=spec("anchors").schema)
     kept = set(
         sql.run_on_tables("anchor_filter", {"anchors": table}, {"min_responses": cfg.min_anchor_responses})
         .column("prompt_id")
@@ -103,21 +103,8 @@ def select_inputs(cfg: RoundConfig) -> tuple[Rows, Rows]:
     chosen = [r for r in ranked if r.id in kept][: cfg.n_prompts]
     if not chosen:
         raise ValueError(f"{path}: no anchor list passes sql/anchor_filter (min_responses={cfg.min_anchor_responses})")
-    prompt_rows = [{"dataset": ds, "prompt_id": r.id, "prompt": r.prompt, "baseline": None} for r in chosen]
-    anchor_rows = [
-        {
-            "dataset": ds,
-            "prompt_id": r.id,
-            "prompt": r.prompt,
-            "rank": rank,
-            "response": r.responses[rank - 1],
-            "source": r.source,
-            "score": r.scores[rank - 1] if r.scores else None,
-        }
-        for r in chosen
-        for rank in spread_ranks(len(r.responses), cfg.n_anchor)
-    ]
-    return prompt_rows, anchor_rows
+    prompt_rows = [IngestedPromptRow(ds, r.id, r.prompt, None) for r in chosen]
+    return prompt_rows, anchor_rows(ds, chosen, lambda n: spread_ranks(n, cfg.n_anchor))
 
 
 def sample_sets(

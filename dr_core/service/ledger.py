@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 from dr_core.constants import UNSCORABLE
 from dr_core.store.artifacts import Store
-from dr_core.store.rows import RewardRow, Row, SampleRow, ScoreRow, rubric_rows, verdict_rows
+from dr_core.store.rows import RequestRow, RewardRow, Row, SampleRow, ScoreRow, rubric_rows, verdict_rows
 
 if TYPE_CHECKING:
     from dr_core.evaluator.items import ScoredRubric
@@ -121,7 +121,7 @@ class Ledger:
             for table, rows in lineage_rows(scored, generator, verifier).items():
                 if rows:
                     written.append(self.store.write(table, rows, part=batch, **keys))
-            self.store.write(COMMIT_TABLE, request_rows(self.run_id, batch, scored, answered), part=batch, **keys)
+            self.store.write(COMMIT_TABLE, request_rows(batch, scored, answered), part=batch, **keys)
         except BaseException:
             for uri in written:
                 try:
@@ -175,31 +175,30 @@ def _rollout_rows(
     rows["rewards"].append(RewardRow(STAGE, set_id, rollout, r.r_disc, None, None, None, None))
 
 
-def request_rows(run_id: str, batch: str, scored: Sequence[ScoredSet], answered: dict[str, dict]) -> list[dict]:
+def request_rows(batch: str, scored: Sequence[ScoredSet], answered: dict[str, dict]) -> list[RequestRow]:
     """One ``requests`` row per member: the commit record of the batch (written last). Its answer is stored as
     given (``answer_json``), with the two fields the table keeps as columns (``reward``, ``rubric_id``)."""
     rows = []
     for s in scored:
         for m in s.job.members:
             ans = answered[m.request_id]
+            reward = ans.get("reward") if m.index is not None else None
             rows.append(
-                {
-                    "run_id": run_id,
-                    "round": ROUND,
-                    "stage": STAGE,
-                    "set_id": s.job.set_id,
-                    "batch": batch,
-                    "request_id": m.request_id,
-                    "route": m.route,
-                    "group_id": m.group_id,
-                    "response_idx": m.index,
-                    "reward": ans.get("reward") if m.index is not None else None,
-                    "rubric_id": ans["rubric_id"],
-                    "received_at": m.received_at,
-                    "prompt": s.job.prompt,
-                    "fingerprint": m.fingerprint,
-                    "answer_json": json.dumps(ans, ensure_ascii=False),
-                }
+                RequestRow(
+                    STAGE,
+                    s.job.set_id,
+                    batch,
+                    m.request_id,
+                    m.route,
+                    m.group_id,
+                    m.index,
+                    reward,
+                    ans["rubric_id"],
+                    m.received_at,
+                    s.job.prompt,
+                    m.fingerprint,
+                    json.dumps(ans, ensure_ascii=False),
+                )
             )
     return rows
 

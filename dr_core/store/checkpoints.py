@@ -44,6 +44,7 @@ from dr_core.constants import COMPLETE_MARKER, TRAINED_ROLES
 from dr_core.paths import cache_dir
 from dr_core.store.artifacts import Store
 from dr_core.store.atomic import current_umask, publish_dir, sweep_unlocked
+from dr_core.store.rows import CheckpointRow
 
 #: The suffix of a staging directory beside a checkpoint (``.<name>.<random>.partial``; publish_dir's aside copy of a
 #: replaced one adds ``.old``): never a checkpoint.
@@ -170,13 +171,7 @@ def register(
 ) -> str:
     """One checkpoints-table row (run, round, role, uri, parent, metrics): its own part file, so registering the
     same checkpoint again replaces the row."""
-    row = {
-        "role": role,
-        "uri": uri,
-        "parent": parent,
-        "metrics_json": json.dumps(metrics or {}, default=str),
-        "created_at": dt.datetime.now(dt.timezone.utc),
-    }
+    row = CheckpointRow(role, uri, parent, json.dumps(metrics or {}, default=str), dt.datetime.now(dt.timezone.utc))
     return store.write("checkpoints", [row], part=role, run_id=run_id, round=round_no)
 
 

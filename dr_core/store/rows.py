@@ -1,7 +1,7 @@
 """Typed, frozen rows: one class per artifact table, checked against the table's schema (``schemas.TABLES``).
 
-- When the class is defined: its fields are the table's columns in schema order, less the partition keys the
-  writer adds (``run_id``, ``round``), or it is a TypeError.
+- When the class is defined: its fields are the table's columns in schema order, less any partition keys the
+  writer adds from its keys (``run_id``, ``round`` of the run tables), or it is a TypeError.
 - When a row is built: every value is of its column's type (str, int, float, bool, datetime; an int is not a
   bool), and None only where the column is nullable, or it is a ValueError naming the table, the field and the value.
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import datetime as dt
 import numbers
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, Callable, ClassVar, TypeVar
 
@@ -86,7 +86,7 @@ def table_row(table: str) -> Callable[[type[R]], type[R]]:
         cls = dataclass(frozen=True, eq=True)(cls)
         spec = TABLES[table]
         names = tuple(f.name for f in fields(cls))
-        want = tuple(c for c in spec.columns if c not in spec.partition_by)
+        want = tuple(c for c in spec.columns if c in names or c not in spec.partition_by)
         if names != want:
             raise TypeError(f"{cls.__name__}: fields {names} are not table {table!r}'s columns {want}")
         checks = []
@@ -97,6 +97,40 @@ def table_row(table: str) -> Callable[[type[R]], type[R]]:
         return cls
 
     return make
+
+
+@table_row("runs")
+class RunRow(Row):
+    """One execution record of a run: its status, its typed config as JSON and the code version it ran."""
+
+    run_id: str
+    created_at: dt.datetime
+    status: str
+    config_json: str | None
+    code_version: str | None
+
+
+@table_row("prompts")
+class IngestedPromptRow(Row):
+    """One prompt of an ingested prompt set (``baseline``: a saved reference answer, if the file has one)."""
+
+    dataset: str
+    prompt_id: str
+    prompt: str
+    baseline: str | None
+
+
+@table_row("anchors")
+class AnchorRow(Row):
+    """One ranked response of a prompt's anchor list (rank 1 = best; ``score`` the ranking's own, if any)."""
+
+    dataset: str
+    prompt_id: str
+    prompt: str
+    rank: int
+    response: str
+    source: str
+    score: float | None
 
 
 @table_row("samples")
@@ -194,6 +228,47 @@ class StepRow(Row):
     started_at: dt.datetime
     seconds: float | None
     peak_rss_mb: float | None
+
+
+@table_row("requests")
+class RequestRow(Row):
+    """One answered reward-service request: the set it was scored in, its response there (None: a whole-set
+    request), the reward given (None: unscorable) and the exact answer sent (JSON)."""
+
+    stage: str
+    set_id: int
+    batch: str
+    request_id: str
+    route: str
+    group_id: str | None
+    response_idx: int | None
+    reward: float | None
+    rubric_id: str | None
+    received_at: dt.datetime
+    prompt: str
+    fingerprint: str
+    answer_json: str
+
+
+@table_row("checkpoints")
+class CheckpointRow(Row):
+    """One registered checkpoint of ``role`` (generator | policy) with its parent and update metrics (JSON)."""
+
+    role: str
+    uri: str
+    parent: str | None
+    metrics_json: str | None
+    created_at: dt.datetime | None
+
+
+def anchor_rows(dataset: str, ranked: Iterable, ranks: Callable[[int], Iterable[int]] | None = None) -> list[AnchorRow]:
+    """The anchors rows of ranked lists (``dr_core.datasets`` ranked rows: id, prompt, responses best first, source,
+    scores or None): every rank, or ``ranks(len(responses))`` of each list."""
+    return [
+        AnchorRow(dataset, r.id, r.prompt, k, r.responses[k - 1], r.source, r.scores[k - 1] if r.scores else None)
+        for r in ranked
+        for k in (ranks(len(r.responses)) if ranks else range(1, len(r.responses) + 1))
+    ]
 
 
 def rubric_rows(

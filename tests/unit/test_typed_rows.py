@@ -10,10 +10,35 @@ import datetime as dt
 
 import pytest
 
+from dr_core.store import rows as typed
 from dr_core.store.artifacts import Store
-from dr_core.store.rows import EvalRow, RewardRow, Row, RubricRow, SampleRow, ScoreRow, StepRow, VerdictRow, table_row
+from dr_core.store.rows import (
+    AnchorRow,
+    CheckpointRow,
+    EvalRow,
+    IngestedPromptRow,
+    RequestRow,
+    RewardRow,
+    Row,
+    RubricRow,
+    RunRow,
+    SampleRow,
+    ScoreRow,
+    StepRow,
+    VerdictRow,
+    table_row,
+)
+from dr_core.store.schemas import TABLES
 
+NOW = dt.datetime(2026, 12, 7, 3, 0, tzinfo=dt.UTC)
 ROWS = {
+    "runs": [RunRow("r", NOW, "completed", '{"k": 3}', "abc123")],
+    "prompts": [IngestedPromptRow("d", "p0", "Say hi", None), IngestedPromptRow("d", "p1", "Say bye", "Bye.")],
+    "anchors": [AnchorRow("d", "p0", "Say hi", k, f"hi {k}", "test", None if k > 1 else 0.5) for k in (1, 2)],
+    "checkpoints": [CheckpointRow("policy", "s3://b/ck", None, "{}", NOW)],
+    "requests": [
+        RequestRow("service", 0, "b0", "q0", "rewards", "g0", 1, 0.5, "rb0", NOW, "Say hi", "fp", '{"reward": 0.5}')
+    ],
     "samples": [SampleRow("measure", 0, "p0", j, "policy@0", f"answer {j}", 12, 3 + j) for j in range(3)],
     "rubrics": [
         RubricRow("measure", 0, "gen@0", 0, 0, "Says yes", 3, None),
@@ -23,7 +48,7 @@ ROWS = {
     "scores": [ScoreRow("measure", 0, 0, "C", 0, 0.75), ScoreRow("measure", 0, 0, "anchor", 1, None)],
     "rewards": [RewardRow("measure", 0, r, 0.25 * r, -1.0, None, None, None) for r in range(2)],
     "eval": [EvalRow("rewardbench", "gen@0", "ver", 0, "accuracy", 0.5), EvalRow("rb", "g", None, -1, "ties", None)],
-    "steps": [StepRow("e1", "dr-round", "sample", "Completed", dt.datetime(2026, 12, 7, tzinfo=dt.UTC), 1.5, None)],
+    "steps": [StepRow("e1", "dr-round", "sample", "Completed", NOW, 1.5, None)],
 }
 
 
@@ -82,9 +107,16 @@ def test_a_row_class_that_is_not_its_table_is_refused_when_defined():
 def test_typed_rows_are_stored_byte_for_byte_as_the_same_dicts(tmp_path, table):
     typed, plain = Store.from_url(str(tmp_path / "typed")), Store.from_url(str(tmp_path / "plain"))
     rows = ROWS[table]
-    a = typed.write(table, rows, "part", run_id="r", round=0)
-    b = plain.write(table, [dict(r) for r in rows], "part", run_id="r", round=0)
+    keys = {k: v for k, v in {"run_id": "r", "round": 0, "dataset": "d"}.items() if k in TABLES[table].partition_by}
+    a = typed.write(table, rows, "part", **keys)
+    b = plain.write(table, [dict(r) for r in rows], "part", **keys)
     assert typed.content_hash(a) == plain.content_hash(b)
-    assert [dict(r) for r in rows] == [
-        {k: v for k, v in r.items() if k not in ("run_id", "round")} for r in typed.read(a).to_pylist()
-    ]
+    stored = [{k: v for k, v in r.items() if k in rows[0]} for r in typed.read(a).to_pylist()]
+    assert stored == [dict(r) for r in rows]
+
+
+def test_every_table_has_its_typed_row():
+    made = {
+        cls.TABLE for cls in vars(typed).values() if isinstance(cls, type) and issubclass(cls, Row) and cls is not Row
+    }
+    assert made == set(TABLES) == set(ROWS)
