@@ -1,5 +1,5 @@
 """The evaluator and the policy measured from the command line: ``dr score``, ``dr eval-evaluator`` (logic in
-dr_core/runs/evaluate.py and reward_model.py) and ``dr eval-policy`` (logic in dr_core/runs/policy_eval/).
+dr_core/evals/evaluate.py and reward_model.py) and ``dr eval-policy`` (logic in dr_core/evals/policy_eval/).
 
 Each quiets the third-party log first (cli/quiet.py; ``--verbose`` shows it), runs the models of ``--preset`` (tiny
 by default) or of an ``--engines`` file, says which in one line (``models: preset tiny — ...``) and shows progress
@@ -101,8 +101,8 @@ def score(
     quiet.apply(verbose)  # before torch and vLLM load
     from dr_core.datasets import DataError
     from dr_core.engines import EngineError
+    from dr_core.evals.evaluate import run_score
     from dr_core.model import ModelError
-    from dr_core.runs.evaluate import run_score
     from dr_core.store.atomic import write_jsonl_atomic
 
     check_output_path(output, "--output")
@@ -142,7 +142,7 @@ def eval_evaluator(
 ) -> None:
     """Evaluate the rubric evaluator on human-labelled data: strict accuracy, ties, unscorable, nDCG, costs."""
     quiet.apply(verbose)  # before torch and vLLM load
-    from dr_core.runs.evaluate import EVAL_FORMATS
+    from dr_core.evals.evaluate import EVAL_FORMATS
     from dr_core.store.atomic import write_json_atomic
 
     if fmt not in EVAL_FORMATS:
@@ -150,7 +150,7 @@ def eval_evaluator(
     check_output_path(output, "--output")
     if limit is not None and limit < 1:
         fail(f"--limit must be >= 1, got {limit}")
-    if mode == "reward-model":  # scalar reward model baseline (dr_core/runs/reward_model.py): one pass, no seeds
+    if mode == "reward-model":  # scalar reward model baseline (dr_core/evals/reward_model.py): one pass, no seeds
         metrics = _reward_model_metrics(data, fmt, reward_model, with_responses, limit)
         seeds, mode = 1, metrics["mode"]
     else:
@@ -169,7 +169,7 @@ def eval_evaluator(
 
 def _reward_model_metrics(data: Path, fmt: str, reward_model: Path | None, with_responses: bool, limit) -> dict:
     from dr_core.datasets import DataError
-    from dr_core.runs.reward_model import RewardModelError, run_eval_reward_model
+    from dr_core.evals.reward_model import RewardModelError, run_eval_reward_model
 
     if reward_model is None:
         fail("--mode reward-model needs --reward-model DIR (a checkpoint with num_labels=1)")
@@ -185,8 +185,8 @@ def _evaluator_metrics(data: Path, fmt: str, models: tuple, limit, seeds: int, m
     """The evaluator's metrics on ``data`` with the models of ``models`` = (preset, engines file or None)."""
     from dr_core.datasets import DataError
     from dr_core.engines import EngineError
+    from dr_core.evals.evaluate import run_eval_evaluator
     from dr_core.model import ModelError
-    from dr_core.runs.evaluate import run_eval_evaluator
 
     roles, source = _evaluator_setup(*models, mode, seeds)
     try:
@@ -256,7 +256,7 @@ def eval_policy(
 
 def _check_policy_options(task, judge, limit, max_tokens: int, output: Path | None, records: Path | None) -> None:
     """Refuse bad options, and output files that cannot be written, before any model work."""
-    from dr_core.runs.policy_eval import POLICY_TASKS
+    from dr_core.evals.policy_eval import POLICY_TASKS
 
     if task is not None and task not in POLICY_TASKS:
         fail(f"--task must be one of {', '.join(POLICY_TASKS)}, got {task!r}")
@@ -281,8 +281,8 @@ def _run_policy_eval(**options) -> tuple[dict, list[dict]]:
     from dr_core.config import ConfigError
     from dr_core.datasets import DataError
     from dr_core.engines import EngineError
+    from dr_core.evals.policy_eval import run_eval_policy
     from dr_core.model import ModelError
-    from dr_core.runs.policy_eval import run_eval_policy
 
     try:
         with showing_progress(err_console):

@@ -1,7 +1,7 @@
 """The one engine pool: an engine per distinct ``EngineConfig``, built on first use (a bundled model is prepared
 first), shared by every role or step that names an equal config, and closed together at the end (or one at a time
-once no later phase needs it). Used by ``dr score`` / ``dr eval-evaluator`` (``dr_core.runs.evaluate``),
-``dr eval-policy`` (``dr_core.runs.policy_eval``) and the Prefect tasks' per-process pool (``tasks.runtime``).
+once no later phase needs it). Used by ``dr score`` / ``dr eval-evaluator`` (``dr_core.evals.evaluate``),
+``dr eval-policy`` (``dr_core.evals.policy_eval``) and the Prefect tasks' per-process pool (``tasks.runtime``).
 
 ``startup_s`` adds up the seconds spent preparing models and starting engines.
 

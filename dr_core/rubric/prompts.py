@@ -221,7 +221,7 @@ def policy_messages(prompt: str) -> list[dict]:
     return [{"role": "system", "content": POLICY_SYSTEM}, {"role": "user", "content": prompt}]
 
 
-# -- policy evaluation: the pairwise judge and the reward-model baseline (dr_core/runs/policy_eval/, reward_model.py)
+# -- policy evaluation: the pairwise judge and the reward-model baseline (dr_core/evals/policy_eval/, reward_model.py)
 # --
 #: The judge's only allowed answers (structured choice): the label of the better answer.
 JUDGE_CHOICES = ("A", "B")

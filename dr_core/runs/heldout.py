@@ -1,5 +1,5 @@
 """The in-loop policy evaluation of a co-evolution round: P(t) against P(0) on a held-out prompt slice, judged
-pairwise in both orders (``dr_core.runs.policy_eval``), one ``eval`` row per metric (benchmark ``<data>.vs-P0``,
+pairwise in both orders (``dr_core.evals.policy_eval``), one ``eval`` row per metric (benchmark ``<data>.vs-P0``,
 checkpoint P(t), verifier = the judge). tasks/policy_eval.py wraps it in a cached Prefect task.
 
 Before any model work it writes the held-out prompts to the ``prompts`` table (dataset ``heldout-<name>``) and runs
@@ -14,9 +14,9 @@ from dr_core.config import CoevolveConfig, EngineConfig
 from dr_core.datasets import load
 from dr_core.engines.identity import model_id
 from dr_core.engines.process import engine_for, keep_engines
+from dr_core.evals import policy_eval
 from dr_core.evaluator.judge import judge_engine_config
 from dr_core.model import is_bundled
-from dr_core.runs import policy_eval
 from dr_core.runs.refs import CheckpointRef, EvalRef, StepContext, write_ref
 from dr_core.runs.round_steps import dataset_name, resolve_data
 from dr_core.store import checkpoints, sql

@@ -288,7 +288,7 @@ def evaluate_evaluator(
 ) -> tuple[list[EvalRow], dict]:
     """Strict accuracy (and ties, unscorable; nDCG for lists) of generator + verifier on ``cfg.eval_data``, one
     eval row per (seed, metric) plus the AVG@N rows (seed -1). Returns (eval rows, metrics dict)."""
-    from dr_core.runs.evaluate import eval_items
+    from dr_core.evals.evaluate import eval_items
     from dr_core.scoring.metrics import evaluator_metrics
 
     _, items, relevance = eval_items(resolve_data(cfg.eval_data), cfg.eval_format, cfg.eval_limit)

@@ -2,7 +2,7 @@
 
 Human-labelled public pairs from ../shared/data (default: HH-RLHF harmless test pairs past the 40 the product
 bundles, and RM-Bench chat pairs) are turned into saved answers, the chosen answers as the "policy" and the rejected
-ones as the "baseline", and judged by ``dr_core.runs.policy_eval.run_eval_policy`` (what ``dr eval-policy --policy
+ones as the "baseline", and judged by ``dr_core.evals.policy_eval.run_eval_policy`` (what ``dr eval-policy --policy
 chosen.jsonl --baseline rejected.jsonl`` does) once per procedure:
 
 - ``logodds``: the A-vs-B first-token log-odds in both orders, d = (l1 - l2) / 2; a tie when |d| <= the threshold;
@@ -32,8 +32,8 @@ os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from dr_core.datasets import load  # noqa: E402
+from dr_core.evals.policy_eval import run_eval_policy  # noqa: E402
 from dr_core.evaluator.judge import JUDGE_PROCEDURES, TIE_THRESHOLD  # noqa: E402
-from dr_core.runs.policy_eval import run_eval_policy  # noqa: E402
 
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "data" / "eval"
 DEFAULT_PAIRS = (f"{SHARED / 'hh_harmless_pairs.jsonl'}:40:64", f"{SHARED / 'rmbench_chat_pairs.jsonl'}:0:64")

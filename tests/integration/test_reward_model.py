@@ -8,8 +8,8 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.app import app
+from dr_core.evals.reward_model import RewardModel, RewardModelError, score_items, score_metrics
 from dr_core.rubric import prompts
-from dr_core.runs.reward_model import RewardModel, RewardModelError, score_items, score_metrics
 
 
 def _tiny(default_model_dir, path, num_labels=1):

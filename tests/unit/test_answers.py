@@ -6,8 +6,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dr_core.datasets import DataError
+from dr_core.evals.policy_eval import Answer, load_verifiable, score_verifiable
 from dr_core.evaluator import answers as A
-from dr_core.runs.policy_eval import Answer, load_verifiable, score_verifiable
 
 pytest.importorskip("math_verify", reason="math-verify (in the cpu/gpu extras) is not installed")
 

@@ -736,7 +736,7 @@ def guarded(monkeypatch, tmp_path):
 
     # import every module that binds these names first: one imported while they are patched would keep the guard
     # for the rest of the session (``from dr_core.engines import make_engine``)
-    import dr_core.runs.evaluate  # noqa: E401,F401
+    import dr_core.evals.evaluate  # noqa: E401,F401
     import flows.anchor_refresh  # noqa: E401,F401
     import tasks.policy_eval  # noqa: E401,F401
 
@@ -745,7 +745,7 @@ def guarded(monkeypatch, tmp_path):
         "dr_core.engines.pool.EnginePool.get",
         "dr_core.model.prepare",
         "dr_core.engines.make_engine",
-        "dr_core.runs.reward_model.RewardModel",
+        "dr_core.evals.reward_model.RewardModel",
         "flows.round.round_flow",
         "flows.coevolve.coevolve_flow",
     ):

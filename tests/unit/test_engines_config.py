@@ -103,7 +103,7 @@ def test_make_engine_imports_implementations_lazily():
     import subprocess
 
     code = (
-        "import sys, dr_core.engines, dr_core.evaluator.score, dr_core.evaluator.calibrate, dr_core.runs.evaluate; "
+        "import sys, dr_core.engines, dr_core.evaluator.score, dr_core.evaluator.calibrate, dr_core.evals.evaluate; "
         "print('vllm' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

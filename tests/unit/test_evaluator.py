@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 
 from dr_core.engines.base import PROMPT_TOO_LONG
+from dr_core.evals.evaluate import eval_items, set_records
 from dr_core.evaluator.generate import generate_rubrics, shuffled_order
 from dr_core.evaluator.items import Check, EvalItem
 from dr_core.evaluator.score import evaluate_sets, score_rubrics
 from dr_core.evaluator.verify import parse_verdict, verify
 from dr_core.rubric import prompts
 from dr_core.rubric.schema import UNSCORABLE
-from dr_core.runs.evaluate import eval_items, set_records
 from dr_core.scoring.metrics import evaluator_metrics
 from dr_core.store.atomic import write_json_atomic
 from tests.support.fakes import FakeEngine

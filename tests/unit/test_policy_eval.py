@@ -14,8 +14,8 @@ from cli.app import app
 from dr_core.config import ConfigError
 from dr_core.datasets import PromptRow
 from dr_core.engines import PROMPT_TOO_LONG, Completion
+from dr_core.evals import policy_eval as pe
 from dr_core.evaluator.judge import choice_of
-from dr_core.runs import policy_eval as pe
 from dr_core.store.schemas import conform
 from tests.support.fakes import FakeEngine
 

@@ -121,15 +121,15 @@ def real_s3(s3_server, s3_env):
 # -- output paths: checked before any model work ------------------------------------------------------------------
 @pytest.fixture
 def no_model_work(monkeypatch):
-    import dr_core.runs.evaluate
-    import dr_core.runs.policy_eval
+    import dr_core.evals.evaluate
+    import dr_core.evals.policy_eval
 
     def started(*a, **k):
         raise AssertionError("model work started before the output path was checked")
 
-    monkeypatch.setattr(dr_core.runs.evaluate, "run_score", started)
-    monkeypatch.setattr(dr_core.runs.evaluate, "run_eval_evaluator", started)
-    monkeypatch.setattr(dr_core.runs.policy_eval, "run_eval_policy", started)
+    monkeypatch.setattr(dr_core.evals.evaluate, "run_score", started)
+    monkeypatch.setattr(dr_core.evals.evaluate, "run_eval_evaluator", started)
+    monkeypatch.setattr(dr_core.evals.policy_eval, "run_eval_policy", started)
 
 
 def _sets(tmp_path) -> Path:

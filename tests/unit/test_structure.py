@@ -22,7 +22,19 @@ PACKAGES = ("dr_core", "tasks", "flows", "cli")
 def test_top_level_layout():
     for name in ["pyproject.toml", "README.md", "flows", "tasks", "dr_core", "sql", "infra", "tests", ".ci/run", "cli"]:
         assert (ROOT / name).exists(), name
-    for sub in ["scoring", "rubric", "engines", "evaluator", "store", "train", "runs", "report", "data", "service"]:
+    for sub in [
+        "scoring",
+        "rubric",
+        "engines",
+        "evaluator",
+        "store",
+        "train",
+        "runs",
+        "evals",
+        "report",
+        "data",
+        "service",
+    ]:
         assert (ROOT / "dr_core" / sub / "__init__.py").is_file(), sub
     assert (ROOT / "dr_core" / "config" / "presets.yaml").is_file()  # the presets are data, in the config package
     top = sorted(p.stem for p in (ROOT / "dr_core").glob("*.py") if p.name != "__init__.py")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from dr_core.config import engine_config
+from dr_core.evals.policy_eval.answers import answer_prompts
 from dr_core.evaluator.generate import generate_rubrics
 from dr_core.evaluator.items import Check, EvalItem
 from dr_core.evaluator.score import score_rubrics
@@ -14,7 +15,6 @@ from dr_core.evaluator.verify import verify
 from dr_core.ifeval.checks import check, describe
 from dr_core.ifeval.edits import anchor_list
 from dr_core.rubric import prompts
-from dr_core.runs.policy_eval.answers import answer_prompts
 from dr_core.train.grpo import GeneratorRow, GRPOSettings, train_generator
 from infra.benchmarks.ifeval.run import Run
 from infra.benchmarks.ifeval.stats import agreement, curve, hierarchical_ci

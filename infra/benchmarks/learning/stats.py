@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dr_core.runs.policy_eval import bootstrap_ci
+from dr_core.evals.policy_eval import bootstrap_ci
 
 METRICS = ("r_disc", "saturated_items", "anchor_tie_rate", "anchor_strict_accuracy", "unparseable")
 

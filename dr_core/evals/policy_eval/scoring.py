@@ -1,4 +1,4 @@
-"""Scoring a policy evaluation (dr_core/runs/policy_eval/run.py): the pairwise judge's verdicts and the verifiable
+"""Scoring a policy evaluation (dr_core/evals/policy_eval/run.py): the pairwise judge's verdicts and the verifiable
 checks turned into metrics, per-prompt records and ``eval`` rows. The math is pure.
 
 Pairwise: a judge (``dr_core.evaluator.judge``) compares each (policy, baseline) pair in both orders:
@@ -24,10 +24,10 @@ import numpy as np
 
 from dr_core.datasets import PromptRow, VerifiableRow
 from dr_core.engines import Engine
+from dr_core.evals.policy_eval.answers import Answer
 from dr_core.evaluator import answers
 from dr_core.evaluator import judge as judge_mod
 from dr_core.evaluator.judge import DEFAULT_PROCEDURE, TIE_THRESHOLD, JudgeProcedure
-from dr_core.runs.policy_eval.answers import Answer
 from dr_core.store.rows import EvalRow
 
 Log = Callable[[str], None]

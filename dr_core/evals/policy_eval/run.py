@@ -13,17 +13,14 @@ from dr_core.config.presets import engine_label, models_line
 from dr_core.datasets import DataError, PromptRow, VerifiableRow, load
 from dr_core.engines import Engine
 from dr_core.engines.pool import EnginePool
-from dr_core.evaluator import answers
-from dr_core.evaluator import judge as judge_mod
-from dr_core.evaluator.judge import DEFAULT_PROCEDURE, TIE_THRESHOLD, JudgeProcedure
-from dr_core.runs.policy_eval.answers import (
+from dr_core.evals.policy_eval.answers import (
     Answer,
     answer_prompts,
     answers_from_file,
     baseline_from_file,
     fixed_baseline,
 )
-from dr_core.runs.policy_eval.scoring import (
+from dr_core.evals.policy_eval.scoring import (
     CI_LEVEL,
     N_BOOT,
     Log,
@@ -37,6 +34,9 @@ from dr_core.runs.policy_eval.scoring import (
     score_verifiable,
     win_rate_summary,
 )
+from dr_core.evaluator import answers
+from dr_core.evaluator import judge as judge_mod
+from dr_core.evaluator.judge import DEFAULT_PROCEDURE, TIE_THRESHOLD, JudgeProcedure
 
 __all__ = [
     "CI_LEVEL",

@@ -1,4 +1,4 @@
-"""Where the answers of a policy evaluation come from (dr_core/runs/policy_eval/run.py): an engine answering every
+"""Where the answers of a policy evaluation come from (dr_core/evals/policy_eval/run.py): an engine answering every
 prompt (policy system prompt, greedy by default), a file of saved {"id","answer"} answers matched by id, or the data
 file's own ``baseline`` answers (or another policy_eval file's).
 """

@@ -5,7 +5,7 @@ against the baseline's (another model's, a saved file's, or the data file's own 
 GPT-4-0314). A pairwise judge, any engine, compares each pair in BOTH orders (``dr_core.evaluator.judge``: by default
 the order-cancelling first-token log-odds of "A" against "B"; or structured choice), so the order cannot decide.
 The outcomes, win rate, tie rate, bootstrap interval, answer lengths and the judge's position bias are defined in
-dr_core/runs/policy_eval/scoring.py.
+dr_core/evals/policy_eval/scoring.py.
 
 Verifiable tasks (section 5.2, appendix C.3): the policy answers {"prompt","answer"} prompts and
 ``dr_core.evaluator.answers`` checks each final answer (exact, numeric, math via Math-Verify): accuracy, and the
@@ -29,7 +29,7 @@ its policy model. The models are said in one line before any is loaded (``models
 
 from __future__ import annotations
 
-from dr_core.runs.policy_eval import run as _run
-from dr_core.runs.policy_eval.run import *  # noqa: F403 - the package's names are run.py's __all__
+from dr_core.evals.policy_eval import run as _run
+from dr_core.evals.policy_eval.run import *  # noqa: F403 - the package's names are run.py's __all__
 
 __all__ = list(_run.__all__)

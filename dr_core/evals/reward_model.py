@@ -142,7 +142,7 @@ def run_eval_reward_model(
     log: Log = lambda _m: None,
 ) -> dict:
     """``dr eval-evaluator --mode reward-model``: validate the data, load the model, score, return the metrics."""
-    from dr_core.runs.evaluate import eval_items
+    from dr_core.evals.evaluate import eval_items
 
     _rows, items, relevance = eval_items(path, fmt, limit)  # validates the whole file before any model work
     check_checkpoint(reward_model)
