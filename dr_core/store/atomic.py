@@ -10,7 +10,8 @@ A process killed with SIGKILL cannot clean up: its temp file stays. The next wri
 it: a temp file whose ``flock`` can be taken belongs to no live writer (the kernel drops a dead process's locks),
 so it is removed; one still locked is a write in progress and is left alone. A temp file this process has just
 created and not locked yet is never swept by its other threads (``_FRESH``: the reward service commits from
-several threads into one directory).
+several threads into one directory); one that another process's sweep removed in that moment (two ranks writing
+into one directory) is found gone once locked, and the writer makes another.
 
 ``write_all_atomic([(path, payload), ...])`` writes several outputs of one command together: every temp file is
 written first, and only then are they renamed, so a failure leaves none of the new files.
@@ -153,20 +154,50 @@ def sweep_stale_temps(directory: str | Path) -> list[str]:
     )
 
 
+#: How many temp files a writer makes before giving up when other processes' sweeps keep taking them.
+_CREATE_TRIES = 5
+
+
+def _locked_temp(directory: str, name: str) -> tuple[int, str]:
+    """A new temp file for ``name`` in ``directory``, open and under this process's exclusive flock: (fd, path).
+
+    Between ``mkstemp`` and ``flock`` another process's sweep can see the file unlocked, take its lock and remove it
+    (two ranks of one launch writing into one directory). Once the flock is ours no sweep can take it, so the file
+    is checked to still be at its path (the same inode); if a sweep removed it meanwhile, another one is made."""
+    for _ in range(_CREATE_TRIES):
+        with _CREATING:
+            fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=TEMP_SUFFIX)
+            _FRESH.add(tmp)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except BaseException:
+            os.close(fd)
+            _unlink_quietly(tmp)
+            raise
+        finally:
+            with _CREATING:
+                _FRESH.discard(tmp)
+        if _is_at(fd, tmp):
+            return fd, tmp
+        os.close(fd)  # swept before our lock: its path is gone or another file's
+    raise OSError(errno.EAGAIN, f"{_CREATE_TRIES} temp files for {name} in {directory} were removed before locked")
+
+
+def _is_at(fd: int, path: str) -> bool:
+    try:
+        here, ours = os.stat(path), os.fstat(fd)
+    except FileNotFoundError:
+        return False
+    return (here.st_dev, here.st_ino) == (ours.st_dev, ours.st_ino)
+
+
 def _write_temp(path: str, payload: bytes, fault: str | None = None) -> tuple[str, int]:
     """Create, lock, fill, chmod and fsync the temp file for ``path``; return (temp path, its open fd)."""
     directory = os.path.dirname(path) or "."
     os.makedirs(directory, exist_ok=True)
     sweep_stale_temps(directory)
-    with _CREATING:
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=TEMP_SUFFIX)
-        _FRESH.add(tmp)
+    fd, tmp = _locked_temp(directory, os.path.basename(path))
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        finally:
-            with _CREATING:
-                _FRESH.discard(tmp)
         os.fchmod(fd, 0o666 & ~current_umask())
         view = memoryview(payload)
         if fault:  # a DR_FAULT point half-way through the bytes (dr_core/faults.py), as a crash mid-write

@@ -258,6 +258,30 @@ def test_a_temp_file_just_created_is_not_swept_by_another_thread_before_it_is_lo
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")] and not atomic._FRESH
 
 
+def test_a_temp_file_another_process_sweeps_before_it_is_locked_is_made_again(tmp_path, monkeypatch):
+    """The same gap across processes (two ranks of one launch writing into one directory, as CI's ZeRO-2 run did):
+    another process's sweep sees the fresh temp file unlocked and removes it; the writer finds it gone once locked
+    and makes another, so the write completes instead of failing its rename."""
+    import fcntl
+
+    from dr_core.store import atomic
+
+    real_flock, swept = fcntl.flock, []
+    sweep = f"from dr_core.store import atomic; print(len(atomic.sweep_stale_temps({str(tmp_path)!r})))"
+
+    def flock_after_another_process_sweeps(fd, op):
+        if op == fcntl.LOCK_EX and not swept:  # the writer's first blocking lock: another process sweeps first
+            done = subprocess.run([sys.executable, "-c", sweep], capture_output=True, text=True, timeout=120)
+            swept.append(done.stdout.strip() or done.stderr)
+        return real_flock(fd, op)
+
+    monkeypatch.setattr(atomic.fcntl, "flock", flock_after_another_process_sweeps)
+    atomic.write_atomic(tmp_path / "out.txt", b"whole")
+    assert swept == ["1"]  # the other process did remove the first temp file
+    assert (tmp_path / "out.txt").read_bytes() == b"whole"
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")] and not atomic._FRESH
+
+
 def test_sigterm_during_a_store_write_leaves_no_temp_file(tmp_path):
     """`dr` turns SIGTERM into SystemExit, so the write's cleanup runs; the fault hook pauses it half-way."""
     code = (
