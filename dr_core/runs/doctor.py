@@ -275,10 +275,13 @@ def check_store(url: str | None = None, timeout_s: float = NET_TIMEOUT_S) -> lis
     return [Finding("store", OK, f"local, {found.detail}"), check_disk("disk at store", root, "--store / DR_STORE")]
 
 
-def _s3_fix(message: str) -> str:
-    if "does not exist" in message:
+def s3_fix(message: str) -> str:
+    """The fix for a failed S3 check, read from its words without the URLs (port 54035 is no HTTP 403)."""
+    words = re.sub(r"\w+://\S+", "URL", message)
+    if "does not exist" in words:
         return "create the bucket (or pass --create-bucket to the first command that writes), or correct --store"
-    if any(w in message for w in ("403", "Forbidden", "AccessDenied", "InvalidAccessKeyId", "Signature", "redential")):
+    refused = ("Forbidden", "AccessDenied", "InvalidAccessKeyId", "Signature", "redential")
+    if re.search(r"\b403\b", words) or any(w in words for w in refused):
         return "check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (and AWS_REGION) for this endpoint"
     return "check that the endpoint (AWS_ENDPOINT_URL / AWS_ENDPOINT_URL_S3) is up and reachable from here"
 
@@ -298,7 +301,7 @@ def check_s3_store(url: str, timeout_s: float = NET_TIMEOUT_S) -> Finding:
         store.check_writable(create_bucket=False)  # on S3: HEAD the bucket, nothing written
     except (StoreError, ValueError) as exc:
         message = str(exc)
-        return Finding("store", PROBLEM, message, _s3_fix(message))
+        return Finding("store", PROBLEM, message, s3_fix(message))
     ms = (time.monotonic() - start) * 1000
     return Finding("store", OK, f"{url} at {opts.endpoint}: bucket {store.bucket!r} answers ({ms:.0f} ms)")
 

@@ -271,3 +271,24 @@ def test_the_command_exits_0_without_problems_and_prints_json(monkeypatch):
 def test_help_documents_the_exit_status():
     res = CliRunner().invoke(app, ["doctor", "--help"])
     assert res.exit_code == 0 and "Exit status" in res.output and "--json" in res.output
+
+
+@pytest.mark.parametrize(
+    ("message", "fix"),
+    [
+        # CI drew the free port 54035 for an endpoint that was down: its "403" is a port, not a refusal
+        (
+            "S3 store s3://b/x at http://127.0.0.1:54035: checking the bucket failed: "
+            'Could not connect to the endpoint URL: "http://127.0.0.1:54035/b"',
+            "is up and reachable",
+        ),
+        (
+            "checking the bucket failed: An error occurred (403) when calling the HeadBucket operation: Forbidden",
+            "AWS_ACCESS_KEY_ID",
+        ),
+        ("at http://127.0.0.1:4030: checking the bucket failed: SignatureDoesNotMatch", "AWS_ACCESS_KEY_ID"),
+        ("S3 store s3://dr-403/x at http://h:9000: bucket 'dr-403' does not exist", "create the bucket"),
+    ],
+)
+def test_the_s3_fix_reads_the_message_not_its_urls(message, fix):
+    assert fix in doctor.s3_fix(message)
