@@ -127,7 +127,16 @@ def make_task_runner(spec: str | None):
             runtime_env = dict(self.init_kwargs.get("runtime_env") or {})
             runtime_env["env_vars"] = {**worker_env(_api_url()), **runtime_env.get("env_vars", {})}
             self.init_kwargs = {**self.init_kwargs, "runtime_env": runtime_env}
-            return connect_retrying(super().__enter__, self.logger.warning)
+            return connect_retrying(self._enter_once, self.logger.warning)
+
+        def _enter_once(self):
+            # Prefect's TaskRunner.__enter__ marks the runner started before ray.init runs: a failed init would leave
+            # it so, and the next attempt would fail with "This task runner is already started"
+            try:
+                return super().__enter__()
+            except BaseException:
+                self._started = False
+                raise
 
         def duplicate(self):
             return type(self)(address=self.address, init_kwargs=self.init_kwargs)

@@ -93,3 +93,27 @@ def test_the_last_attempt_and_other_errors_propagate():
     with pytest.raises(ConnectionAbortedError, match="authentication failed"):
         runners.connect_retrying(enter, lambda _: None, attempts=3, pause_s=0)
     assert len(calls) == 1
+
+
+def test_the_ray_runner_itself_connects_again_after_the_proxy_race(monkeypatch):
+    """The runner's own __enter__ (Prefect's, then prefect_ray's ray.init) tried twice: a failed first init must not
+    leave it marked started (CI: the retry failed with 'This task runner is already started')."""
+    import prefect_ray.task_runners as prt
+
+    inits = []
+
+    def init(*args, **kwargs):
+        inits.append((args, kwargs))
+        if len(inits) == 1:
+            raise ConnectionAbortedError(_PROXY_RACE)
+        return object()
+
+    monkeypatch.setattr(prt.ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(prt.ray, "init", init)
+    monkeypatch.setattr(prt.ray, "nodes", lambda: [{"alive": True}])
+    monkeypatch.setattr("time.sleep", lambda _s: None)
+    runner = runners.make_task_runner("ray://head:10001")
+    assert runner.__enter__() is runner
+    assert len(inits) == 2 and inits[1][0] == ("ray://head:10001",) and runner._started
+    with pytest.raises(RuntimeError, match="already started"):  # a real second entry is still refused
+        runner.__enter__()
