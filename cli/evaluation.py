@@ -102,6 +102,7 @@ def score(
     from dr_core.datasets import DataError
     from dr_core.engines import EngineError
     from dr_core.evals.evaluate import run_score
+    from dr_core.evaluator.items import RubricSampling
     from dr_core.model import ModelError
     from dr_core.store.atomic import write_jsonl_atomic
 
@@ -109,7 +110,9 @@ def score(
     roles, source = _evaluator_setup(preset, engines_file(engines, config), mode, seeds)
     try:
         with showing_progress(err_console):
-            records, costs = run_score(sets, config=roles, seeds=seeds, mode=mode, source=source, log=log)
+            records, costs = run_score(
+                sets, config=roles, seeds=seeds, sampling=RubricSampling(mode=mode), source=source, log=log
+            )
     except (DataError, ModelError, EngineError) as exc:
         fail(str(exc))
     write_jsonl_atomic(output, records)
@@ -186,13 +189,15 @@ def _evaluator_metrics(data: Path, fmt: str, models: tuple, limit, seeds: int, m
     from dr_core.datasets import DataError
     from dr_core.engines import EngineError
     from dr_core.evals.evaluate import run_eval_evaluator
+    from dr_core.evaluator.items import RubricSampling
     from dr_core.model import ModelError
 
     roles, source = _evaluator_setup(*models, mode, seeds)
     try:
         with showing_progress(err_console):
+            sampling = RubricSampling(mode=mode)
             return run_eval_evaluator(
-                data, fmt, config=roles, limit=limit, seeds=seeds, mode=mode, source=source, log=log
+                data, fmt, config=roles, limit=limit, seeds=seeds, sampling=sampling, source=source, log=log
             )
     except (DataError, ModelError, EngineError) as exc:
         fail(str(exc))

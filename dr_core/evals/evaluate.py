@@ -28,7 +28,7 @@ from dr_core.constants import UNSCORABLE
 from dr_core.datasets import load
 from dr_core.engines.pool import EnginePool
 from dr_core.evaluator.generate import generate_rubrics
-from dr_core.evaluator.items import EvalItem, Mode, SetEvaluation
+from dr_core.evaluator.items import DEFAULT_SAMPLING, EvalItem, RubricSampling, SetEvaluation
 from dr_core.evaluator.score import rubric_record, score_rubrics
 from dr_core.scoring.metrics import evaluator_metrics, mean_or_none
 
@@ -84,22 +84,18 @@ def stage_costs(evaluation: SetEvaluation, startup_s: float) -> dict:
 # ----------------------------------------------------------------------------------------------------- runs
 
 
-def _evaluate(
-    engines: dict, items: list[EvalItem], seeds: int, *, mode: Mode, temperature: float, max_tokens: int, log: Log
-) -> SetEvaluation:
+def _evaluate(engines: dict, items: list[EvalItem], seeds: int, sampling: RubricSampling, log: Log) -> SetEvaluation:
     """One rubric per (item, seed), then every verdict (``dr_core.evaluator.score.evaluate_sets``), with a line
     per phase and each phase's requests counted under its own label."""
     n = len(items) * seeds
     log(f"generating {n} rubric{'s' * (n != 1)}")
     with progress.activity("rubrics", "rubrics"):
-        rubrics, gen = generate_rubrics(
-            engines["generator"], items, list(range(seeds)), mode=mode, temperature=temperature, max_tokens=max_tokens
-        )
+        rubrics, gen = generate_rubrics(engines["generator"], items, list(range(seeds)), sampling)
     log(f"generation {gen.seconds:.1f} s; verifying the rubrics' checks")
     with progress.activity("verify", "verdicts"):
         results, ver = score_rubrics(engines["verifier"], items, rubrics)
     log(f"verification of {ver.requests} checks {ver.seconds:.1f} s")
-    return SetEvaluation(items, list(range(seeds)), mode, results, gen, ver)
+    return SetEvaluation(items, list(range(seeds)), sampling.mode, results, gen, ver)
 
 
 def run_eval_evaluator(
@@ -109,9 +105,7 @@ def run_eval_evaluator(
     config: EnginesConfig,
     limit: int | None = None,
     seeds: int = 5,
-    mode: Mode = "dynamic",
-    temperature: float = 0.7,
-    max_tokens: int = 512,
+    sampling: RubricSampling = DEFAULT_SAMPLING,
     source: str = "engines config",
     log: Log = _quiet,
 ) -> dict:
@@ -121,14 +115,12 @@ def run_eval_evaluator(
         raise ValueError("seeds must be >= 1")
     _rows, items, relevance = eval_items(path, fmt, limit)  # validates the whole file before any model work
     log(engines_line(config, source, ("generator", "verifier")))
-    log(f"{len(items)} {fmt} examples from {path}; mode {mode}, {seeds} seed(s)")
+    log(f"{len(items)} {fmt} examples from {path}; mode {sampling.mode}, {seeds} seed(s)")
     pool = EnginePool(log)  # roles with equal configs share one engine; bundled models prepared first
     try:
         engines = pool.open_roles(config, ("generator", "verifier"))
         t0 = time.perf_counter()
-        evaluation = _evaluate(
-            engines, items, seeds, mode=mode, temperature=temperature, max_tokens=max_tokens, log=log
-        )
+        evaluation = _evaluate(engines, items, seeds, sampling, log)
         wall = time.perf_counter() - t0
     finally:
         pool.close()
@@ -167,9 +159,7 @@ def run_score(
     *,
     config: EnginesConfig,
     seeds: int = 1,
-    mode: Mode = "dynamic",
-    temperature: float = 0.7,
-    max_tokens: int = 512,
+    sampling: RubricSampling = DEFAULT_SAMPLING,
     source: str = "engines config",
     log: Log = _quiet,
 ) -> tuple[list[dict], dict]:
@@ -180,13 +170,11 @@ def run_score(
     rows = load(path, "sets")  # validates the whole file before any model work
     items = [EvalItem(r.prompt, tuple(r.responses)) for r in rows]
     log(engines_line(config, source, ("generator", "verifier")))
-    log(f"{len(items)} sets from {path}; mode {mode}, {seeds} seed(s)")
+    log(f"{len(items)} sets from {path}; mode {sampling.mode}, {seeds} seed(s)")
     pool = EnginePool(log)  # roles with equal configs share one engine; bundled models prepared first
     try:
         engines = pool.open_roles(config, ("generator", "verifier"))
-        evaluation = _evaluate(
-            engines, items, seeds, mode=mode, temperature=temperature, max_tokens=max_tokens, log=log
-        )
+        evaluation = _evaluate(engines, items, seeds, sampling, log)
     finally:
         pool.close()
     return set_records(rows, evaluation), stage_costs(evaluation, pool.startup_s)

@@ -15,7 +15,16 @@ from typing import Sequence
 from dr_core.constants import UNSCORABLE
 from dr_core.engines.base import FINISH_LENGTH, Engine
 from dr_core.evaluator.endpoints import endpoint_counts, endpoint_delta
-from dr_core.evaluator.items import DONE_REASONS, EvalItem, GeneratedRubric, Mode, RubricFormat, StageStats
+from dr_core.evaluator.items import (
+    DEFAULT_SAMPLING,
+    DONE_REASONS,
+    EvalItem,
+    GeneratedRubric,
+    Mode,
+    RubricFormat,
+    RubricSampling,
+    StageStats,
+)
 from dr_core.rubric import prompts
 from dr_core.rubric.schema import Rubric, RubricError, parse_free_rubric, parse_rubric
 
@@ -56,37 +65,28 @@ def generate_rubrics(
     engine: Engine,
     items: Sequence[EvalItem],
     seeds: Sequence[int],
+    sampling: RubricSampling = DEFAULT_SAMPLING,
     *,
-    mode: Mode = "dynamic",
-    temperature: float = 0.7,
-    max_tokens: int = 512,
-    structured: bool = True,
     order_keys: Sequence[int] | None = None,
-    rubric_format: RubricFormat = "json",
 ) -> tuple[list[list[GeneratedRubric]], StageStats]:
     """One rubric for every (item, seed), in one engine call. Returns ``rubrics[i][s]`` and the stage's cost.
-    rubric_format: "json" (the structured-output prompt; ``structured`` constrains it to the schema) or "lines" (the
-    prompt and primer a generator is trained with, ``prompts.LINES_ROLLOUT_PREFIX`` as the start of its answer, never
-    constrained; the text kept and parsed includes the primer, and an output cut by max_tokens keeps its complete
-    lines): a generator trained on one format is asked in that format (dynamic mode only).
+
+    ``sampling.rubric_format``: "json" (the structured-output prompt; ``sampling.structured`` constrains it to
+    ``prompts.GENERATOR_JSON_SCHEMA``, False lets the model write freely) or "lines" (the prompt and primer a
+    generator is trained with, ``prompts.LINES_ROLLOUT_PREFIX`` as the start of its answer, never constrained; the
+    text kept and parsed includes the primer, and an output cut by max_tokens keeps its complete lines). Either way a
+    complete output keeps every usable item (``parse_rubric(recover=True)``).
 
     order_keys: the key each item's shuffle uses in place of its index (``shuffled_order(n, seed, key)``): the
     reward service batches unrelated requests together, and a request's order must not depend on its neighbours.
 
-    structured: constrain output to ``prompts.GENERATOR_JSON_SCHEMA``; False lets the model write freely (what GRPO
-    rollouts do). Either way a complete output keeps every usable item (``parse_rubric(recover=True)``).
-
     The stats of an engine with endpoints (``endpoint_stats``) carry what its endpoints did during the call:
     ``endpoints``, ``endpoints_down``, ``requests_moved`` (dr_core/evaluator/endpoints.py).
     """
-    if mode not in ("dynamic", "static"):
-        raise ValueError(f"mode must be 'dynamic' or 'static', got {mode!r}")
     if not seeds:
         raise ValueError("need at least one seed")
-    if rubric_format not in ("json", "lines") or (rubric_format == "lines" and mode != "dynamic"):
-        raise ValueError(f"rubric_format must be 'json' or (in dynamic mode) 'lines', got {rubric_format!r}")
-    lines = rubric_format == "lines"
-    convs, keys = _conversations(items, seeds, mode, order_keys, rubric_format)
+    lines, structured = sampling.rubric_format == "lines", sampling.structured
+    convs, keys = _conversations(items, seeds, sampling.mode, order_keys, sampling.rubric_format)
     stats = StageStats()
     if not convs:
         return [[] for _ in items], stats
@@ -95,8 +95,8 @@ def generate_rubrics(
     outs = engine.chat(
         convs,
         n=1,
-        temperature=temperature,
-        max_tokens=max_tokens,
+        temperature=sampling.temperature,
+        max_tokens=sampling.max_tokens,
         json_schema=prompts.GENERATOR_JSON_SCHEMA if structured and not lines else None,
         seed=seeds[0],
     )

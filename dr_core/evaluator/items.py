@@ -16,6 +16,28 @@ Mode = Literal["dynamic", "static"]
 RubricFormat = Literal["json", "lines"]
 
 
+@dataclass(frozen=True)
+class RubricSampling:
+    """How the generator is asked for each rubric (``generate_rubrics``): mode, sampling temperature, the longest
+    rubric in tokens, whether the JSON prompt's output is constrained to the schema, and the format."""
+
+    mode: Mode = "dynamic"
+    temperature: float = 0.7
+    max_tokens: int = 512
+    structured: bool = True
+    rubric_format: RubricFormat = "json"
+
+    def __post_init__(self):
+        if self.mode not in ("dynamic", "static"):
+            raise ValueError(f"mode must be 'dynamic' or 'static', got {self.mode!r}")
+        if self.rubric_format not in ("json", "lines") or (self.rubric_format == "lines" and self.mode != "dynamic"):
+            raise ValueError(f"rubric_format must be 'json' or (in dynamic mode) 'lines', got {self.rubric_format!r}")
+
+
+#: The generator's defaults (frozen, so one shared value).
+DEFAULT_SAMPLING = RubricSampling()
+
+
 #: finish reasons of a complete generation (vLLM says "stop" for EOS and stop strings)
 DONE_REASONS = {"stop"}
 

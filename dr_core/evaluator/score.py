@@ -16,11 +16,11 @@ from dr_core.constants import UNSCORABLE
 from dr_core.engines.base import Engine
 from dr_core.evaluator.generate import generate_rubrics
 from dr_core.evaluator.items import (
+    DEFAULT_SAMPLING,
     Check,
     EvalItem,
     GeneratedRubric,
-    Mode,
-    RubricFormat,
+    RubricSampling,
     ScoredRubric,
     SetEvaluation,
     StageStats,
@@ -95,25 +95,11 @@ def evaluate_sets(
     verifier: Engine,
     items: Sequence[EvalItem],
     seeds: Sequence[int],
-    *,
-    mode: Mode = "dynamic",
-    temperature: float = 0.7,
-    max_tokens: int = 512,
-    structured: bool = True,
-    rubric_format: RubricFormat = "json",
+    sampling: RubricSampling = DEFAULT_SAMPLING,
 ) -> SetEvaluation:
-    """Generate one rubric per (item, seed), verify and score them all: the whole evaluator, batch first
-    (``rubric_format``: as ``generate_rubrics`` asks for it)."""
+    """Generate one rubric per (item, seed) as ``sampling`` says (``generate_rubrics``), verify and score them all:
+    the whole evaluator, batch first."""
     items = list(items)
-    rubrics, gen_stats = generate_rubrics(
-        generator,
-        items,
-        seeds,
-        mode=mode,
-        temperature=temperature,
-        max_tokens=max_tokens,
-        structured=structured,
-        rubric_format=rubric_format,
-    )
+    rubrics, gen_stats = generate_rubrics(generator, items, seeds, sampling)
     results, ver_stats = score_rubrics(verifier, items, rubrics)
-    return SetEvaluation(items, list(seeds), mode, results, gen_stats, ver_stats)
+    return SetEvaluation(items, list(seeds), sampling.mode, results, gen_stats, ver_stats)

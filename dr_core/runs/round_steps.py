@@ -30,7 +30,7 @@ from dr_core.constants import UNSCORABLE
 from dr_core.datasets import load, load_ranked
 from dr_core.engines import Engine
 from dr_core.evaluator.generate import generate_rubrics
-from dr_core.evaluator.items import Check, EvalItem
+from dr_core.evaluator.items import Check, EvalItem, RubricSampling
 from dr_core.evaluator.score import evaluate_sets
 from dr_core.evaluator.verify import verify
 from dr_core.paths import bundled
@@ -139,6 +139,11 @@ def _sets(prompt_rows: Rows, sample_rows: Rows) -> dict[int, tuple[str, list[str
     }
 
 
+def _sampling(cfg: RoundConfig) -> RubricSampling:
+    """How a round asks its generator for rubrics (the JSON prompt, constrained)."""
+    return RubricSampling(temperature=cfg.generator_temperature, max_tokens=cfg.generator_max_tokens)
+
+
 def generate_rubric_rows(
     generator: Engine, prompt_rows: Rows, sample_rows: Rows, cfg: RoundConfig, generator_ckpt: str, stage: str
 ) -> tuple[list[RubricRow], dict]:
@@ -148,9 +153,7 @@ def generate_rubric_rows(
     ids = list(sets)
     items = [EvalItem(sets[s][0], tuple(sets[s][1])) for s in ids]
     seeds = [cfg.seed + r for r in range(cfg.rubric_rollouts)]
-    gens, stats = generate_rubrics(
-        generator, items, seeds, temperature=cfg.generator_temperature, max_tokens=cfg.generator_max_tokens
-    )
+    gens, stats = generate_rubrics(generator, items, seeds, _sampling(cfg))
     faults.fault_point("generate-rubrics", stage)  # DR_FAULT hook (dr_core/faults.py)
     rows = []
     for s, per_seed in zip(ids, gens):
@@ -293,9 +296,7 @@ def evaluate_evaluator(
 
     _, items, relevance = eval_items(resolve_data(cfg.eval_data), cfg.eval_format, cfg.eval_limit)
     seeds = list(range(cfg.seed, cfg.seed + cfg.eval_seeds))
-    ev = evaluate_sets(
-        generator, verifier, items, seeds, temperature=cfg.generator_temperature, max_tokens=cfg.generator_max_tokens
-    )
+    ev = evaluate_sets(generator, verifier, items, seeds, _sampling(cfg))
     metrics = evaluator_metrics(cfg.eval_format, ev, relevance)
     bench = dataset_name(cfg.eval_data)
     per_seed = [(seed, "accuracy", a) for seed, a in zip(seeds, metrics["accuracy_per_seed"])]

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Sequence
 from dr_core.constants import UNSCORABLE
 from dr_core.engines.base import Engine
 from dr_core.evaluator.generate import generate_rubrics
-from dr_core.evaluator.items import EvalItem, ScoredRubric, StageStats
+from dr_core.evaluator.items import EvalItem, RubricSampling, ScoredRubric, StageStats
 from dr_core.evaluator.score import rubric_record, score_rubrics
 from dr_core.scoring.metrics import mean_or_none
 
@@ -109,9 +109,7 @@ def score_jobs(
             generator,
             [items[i] for i in idx],
             list(seeds),
-            temperature=temperature,
-            max_tokens=max_tokens,
-            structured=True,
+            RubricSampling(temperature=temperature, max_tokens=max_tokens, structured=True),
             order_keys=[0] * len(idx),
         )
         gen_stats.merge(st)

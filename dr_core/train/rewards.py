@@ -77,7 +77,7 @@ from dr_core.constants import UNSCORABLE
 from dr_core.engines.base import Engine
 from dr_core.errors import DRError
 from dr_core.evaluator.generate import shuffled_order
-from dr_core.evaluator.items import EvalItem, GeneratedRubric
+from dr_core.evaluator.items import EvalItem, GeneratedRubric, RubricSampling
 from dr_core.evaluator.score import evaluate_sets, score_rubrics
 from dr_core.rubric import prompts
 from dr_core.rubric.schema import Rubric, RubricError, parse_free_rubric
@@ -364,10 +364,11 @@ class PolicyReward(_GroupReward):
                 self.verifier,
                 items,
                 [self.settings.seed + step],
-                temperature=self.settings.rubric_temperature,
-                max_tokens=self.settings.rubric_max_tokens,
-                structured=True,
-                rubric_format=self.settings.rubric_format,
+                RubricSampling(
+                    temperature=self.settings.rubric_temperature,
+                    max_tokens=self.settings.rubric_max_tokens,
+                    rubric_format=self.settings.rubric_format,
+                ),
             )
         rewards, records = self._scores(blocks, ev.results, texts, step)
         entry = {

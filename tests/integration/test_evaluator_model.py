@@ -6,7 +6,7 @@ import pytest
 
 from dr_core.datasets import load_pairwise, load_ranked
 from dr_core.evaluator.calibrate import verdict_bias
-from dr_core.evaluator.items import Check, EvalItem
+from dr_core.evaluator.items import Check, EvalItem, RubricSampling
 from dr_core.evaluator.score import evaluate_sets
 from dr_core.evaluator.verify import verify
 from dr_core.paths import bundled
@@ -21,7 +21,7 @@ def test_dynamic_evaluation_of_human_pairs_with_anchors(vllm_engine):
     anchor = load_ranked(bundled("anchors_alpacaeval.jsonl"), limit=1)[0]
     items = [EvalItem(p.prompt, (p.chosen, p.rejected)) for p in pairs]
     items.append(EvalItem(anchor.prompt, anchor.responses[:3], anchors=anchor.responses[-3:]))
-    ev = evaluate_sets(vllm_engine, vllm_engine, items, [0, 1], max_tokens=384)
+    ev = evaluate_sets(vllm_engine, vllm_engine, items, [0, 1], RubricSampling(max_tokens=384))
     assert len(ev.results) == 3 and all(len(row) == 2 for row in ev.results)
     assert ev.generation.requests == 6 and ev.generation.prompt_tokens > 0 and ev.generation.completion_tokens > 0
     for item, row in zip(items, ev.results):

@@ -8,7 +8,7 @@ import pytest
 from dr_core.engines.base import PROMPT_TOO_LONG
 from dr_core.evals.evaluate import eval_items, set_records
 from dr_core.evaluator.generate import generate_rubrics, shuffled_order
-from dr_core.evaluator.items import Check, EvalItem
+from dr_core.evaluator.items import Check, EvalItem, RubricSampling
 from dr_core.evaluator.score import evaluate_sets, score_rubrics
 from dr_core.evaluator.verify import parse_verdict, verify
 from dr_core.rubric import prompts
@@ -61,7 +61,7 @@ def test_generator_sees_candidates_in_the_recorded_permutation():
 
 def test_static_mode_never_shows_responses():
     eng = fake_engine(RUBRIC)
-    rubrics, _ = generate_rubrics(eng, ITEMS, [0, 1], mode="static")
+    rubrics, _ = generate_rubrics(eng, ITEMS, [0, 1], RubricSampling(mode="static"))
     assert all(g.permutation == () for row in rubrics for g in row)
     for conv in eng.calls[0].conversations:
         assert "apple only" not in conv[-1]["content"] and "[RESPONSE" not in conv[-1]["content"]
@@ -85,7 +85,7 @@ def test_unusable_generations_are_unscorable_with_a_reason(text, finish, error):
 
 def test_unstructured_generation_recovers_line_items():
     rubrics, _ = generate_rubrics(
-        fake_engine("[3] mentions apple\n[1] mentions pear"), ITEMS[:1], [0], structured=False
+        fake_engine("[3] mentions apple\n[1] mentions pear"), ITEMS[:1], [0], RubricSampling(structured=False)
     )
     assert rubrics[0][0].rubric.weights == [3, 1]
 
@@ -227,3 +227,16 @@ def test_repeated_criterion_is_dropped_and_counted_not_fatal():
     rubrics, _ = generate_rubrics(fake_engine(rep), ITEMS[:1], [0])
     g = rubrics[0][0]
     assert g.rubric.criteria == ["mentions apple", "mentions pear"] and g.dropped == 1 and g.error is None
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"mode": "oracle"}, "mode must be 'dynamic' or 'static'"),
+        ({"rubric_format": "yaml"}, "rubric_format must be"),
+        ({"mode": "static", "rubric_format": "lines"}, "in dynamic mode"),  # the primed format is dynamic only
+    ],
+)
+def test_a_sampling_the_generator_cannot_follow_is_refused_when_made(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        RubricSampling(**kwargs)

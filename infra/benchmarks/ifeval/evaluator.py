@@ -9,7 +9,7 @@ import numpy as np
 from dr_core.config import engine_config
 from dr_core.evals.policy_eval.answers import answer_prompts
 from dr_core.evaluator.generate import generate_rubrics
-from dr_core.evaluator.items import Check, EvalItem
+from dr_core.evaluator.items import Check, EvalItem, RubricSampling
 from dr_core.evaluator.score import score_rubrics
 from dr_core.evaluator.verify import verify
 from dr_core.ifeval.checks import check, describe
@@ -164,10 +164,12 @@ def agreement_phase(run: Run, sets: dict[str, list[str]], anchors: dict[str, dic
                 eng,
                 items,
                 [seed],
-                temperature=run.p.temperature,
-                max_tokens=run.p.rubric_tokens,
-                structured=False,
-                rubric_format="lines",
+                RubricSampling(
+                    temperature=run.p.temperature,
+                    max_tokens=run.p.rubric_tokens,
+                    structured=False,
+                    rubric_format="lines",
+                ),
             )
         finally:
             eng.close()
