@@ -13,10 +13,11 @@ from prefect import task
 from dr_core.config import CoevolveConfig
 from dr_core.runs import heldout
 from dr_core.runs.refs import CheckpointRef, EvalRef, StepContext
+from tasks import runtime
 from tasks.round import MODEL_STEP
 
 
 @task(name="evaluate-policy", **MODEL_STEP)
 def evaluate_policy(ctx: StepContext, cfg: CoevolveConfig, policy: CheckpointRef) -> EvalRef:
     """Win rate of P(t) (checkpoint ref ``policy``) against P(0) on ``cfg.policy_eval.data``; eval rows written."""
-    return heldout.evaluate_policy(ctx, cfg, policy)
+    return heldout.evaluate_policy(ctx, cfg, policy, runtime.engines())

@@ -4,16 +4,26 @@ where Prefect persists results and cache records (inside the artifact store).
 An artifact reference is ``dr_core.runs.refs.ArtifactRef`` ``{uri, sha256, rows}`` (``sha256``: the part file's
 content hash): tasks pass these, never frames. A checkpoint reference is ``CheckpointRef`` ``{uri, fingerprint}``
 (``model_id``: an identity, not a file hash; tasks/train.py). The cache key of a downstream task uses the sha256 or
-the fingerprint, not the uri (tasks/options.py). The engine pool and the model identities live in dr_core
-(``dr_core.engines.process``, ``dr_core.engines.identity``); this module re-exports them for the tasks.
+the fingerprint, not the uri (tasks/options.py).
+
+``engines()`` is the process's engine pool, the one object of this codebase that is per process by design: a round's
+tasks (threads of the flow's process, or tasks of one Ray worker) share the models the first of them loaded, and a
+Prefect task receives only serializable inputs, so the pool cannot travel with them. The tasks pass it to dr_core
+explicitly (``updates.train_policy(..., engines)``); dr_core holds no pool of its own. At most ``$DR_MAX_ENGINES``
+(default 3: generator, verifier, policy) in-process vLLM engines stay loaded; asking for another closes the least
+recently used one first.
 """
 
 from __future__ import annotations
 
+import functools
+import os
 from urllib.parse import urlparse
 
+from dr_core.config import EngineConfig
+from dr_core.engines.base import Engine
 from dr_core.engines.identity import model_id
-from dr_core.engines.process import adopt_engine, close_engines, engine_for, keep_engines
+from dr_core.engines.pool import EnginePool
 from dr_core.runs import round_steps
 from dr_core.runs.refs import ArtifactRef, write_ref
 from dr_core.store.artifacts import Store
@@ -23,13 +33,35 @@ __all__ = [
     "adopt_engine",
     "close_engines",
     "engine_for",
+    "engines",
     "in_run",
-    "keep_engines",
     "model_id",
     "read_rows",
     "result_storage",
     "write_ref",
 ]
+
+
+@functools.cache
+def engines() -> EnginePool:
+    """This process's engine pool (made on first use)."""
+    return EnginePool(max_local=lambda: int(os.environ.get("DR_MAX_ENGINES", "3")))
+
+
+def engine_for(cfg: EngineConfig) -> Engine:
+    """The process's engine for ``cfg`` (built on first use)."""
+    return engines().get(cfg)
+
+
+def adopt_engine(cfg: EngineConfig, engine: Engine) -> None:
+    """Let the steps use an engine the caller built (and will close) for ``cfg``: a notebook's or a test session's
+    already-loaded model."""
+    engines().adopt(cfg, engine)
+
+
+def close_engines() -> None:
+    """Close the process's engines (adopted ones are left to their owner)."""
+    engines().close()
 
 
 def read_rows(store: Store, ref: ArtifactRef) -> list[dict]:

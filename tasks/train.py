@@ -23,6 +23,7 @@ from dr_core.runs import updates
 from dr_core.runs.refs import ArtifactRef, CheckpointRef, RoundInputs, StepContext, UpdateRef
 from dr_core.runs.updates import base_ref, default_ref, local_dir
 from dr_core.store.artifacts import Store
+from tasks import runtime
 from tasks.options import content_key, retry_on_transient, run_cache_key
 from tasks.runtime import read_rows
 
@@ -66,7 +67,7 @@ def train_generator(
             cfg=cfg, prompts=inputs.prompts, samples=samples, anchors=inputs.anchors, base=base, verifier=verifier_model
         ),
     )
-    return updates.train_generator(ctx, cfg, rows, base, verifier_model, scratch)
+    return updates.train_generator(ctx, cfg, rows, base, verifier_model, scratch, runtime.engines())
 
 
 @task(name="train-policy", **TRAIN_STEP)
@@ -83,4 +84,6 @@ def train_policy(
     scratch = _scratch(
         ctx, "policy", dict(cfg=cfg, prompts=prompts, base=base, generator=generator, verifier=verifier_model)
     )
-    return updates.train_policy(ctx, cfg, read_rows(s, prompts), base, generator, verifier_model, scratch)
+    return updates.train_policy(
+        ctx, cfg, read_rows(s, prompts), base, generator, verifier_model, scratch, runtime.engines()
+    )

@@ -94,6 +94,14 @@ class EnginePool:
                 self._drop(cfg)
             return closed
 
+    def keep(self, *configs: EngineConfig | None) -> None:
+        """``keep_only(configs)``, then the freed models' pages (weights, KV caches) returned to the OS: a training
+        step keeps the engines its rewards use and frees the rest for the trainer before it loads."""
+        if self.keep_only(configs):
+            from dr_core.resources import return_freed_memory
+
+            return_freed_memory()
+
     def close(self) -> None:
         """Close every engine the pool started (adopted ones are only forgotten)."""
         with self._lock:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dr_core.config import CoevolveConfig, EngineConfig
 from dr_core.datasets import load
 from dr_core.engines.identity import model_id
-from dr_core.engines.process import engine_for, keep_engines
+from dr_core.engines.pool import EnginePool
 from dr_core.evals import policy_eval
 from dr_core.evaluator.judge import judge_engine_config
 from dr_core.model import is_bundled
@@ -70,7 +70,7 @@ def heldout_prompts(s: Store, cfg: CoevolveConfig) -> list:
     return rows
 
 
-def evaluate_policy(ctx: StepContext, cfg: CoevolveConfig, policy: CheckpointRef) -> EvalRef:
+def evaluate_policy(ctx: StepContext, cfg: CoevolveConfig, policy: CheckpointRef, engines: EnginePool) -> EvalRef:
     """Win rate of P(t) (checkpoint ``policy``) against P(0) on ``cfg.policy_eval.data``; eval rows written."""
     pe = cfg.policy_eval
     s = Store.from_url(ctx.store)
@@ -78,12 +78,12 @@ def evaluate_policy(ctx: StepContext, cfg: CoevolveConfig, policy: CheckpointRef
     pol_cfg, base_cfg = policy_engine(cfg, s, policy), cfg.round.engines.policy
     judge_cfg = judge_engine_config(pe.judge or cfg.round.engines.verifier, pe.judge_procedure)
     texts, seed = [r.prompt for r in rows], cfg.round.seed
-    keep_engines(pol_cfg, base_cfg)  # one phase at a time: the answering models, then the judge alone
-    pol = policy_eval.answer_prompts(engine_for(pol_cfg), texts, max_tokens=pe.max_tokens, seed=seed)
-    base = policy_eval.answer_prompts(engine_for(base_cfg), texts, max_tokens=pe.max_tokens, seed=seed)
-    keep_engines(judge_cfg)
+    engines.keep(pol_cfg, base_cfg)  # one phase at a time: the answering models, then the judge alone
+    pol = policy_eval.answer_prompts(engines.get(pol_cfg), texts, max_tokens=pe.max_tokens, seed=seed)
+    base = policy_eval.answer_prompts(engines.get(base_cfg), texts, max_tokens=pe.max_tokens, seed=seed)
+    engines.keep(judge_cfg)
     metrics, _records = policy_eval.judge_and_score(
-        engine_for(judge_cfg), rows, pol, base, seed=seed, procedure=pe.judge_procedure, threshold=pe.tie_threshold
+        engines.get(judge_cfg), rows, pol, base, seed=seed, procedure=pe.judge_procedure, threshold=pe.tie_threshold
     )
     eval_rows = policy_eval.eval_rows(
         metrics,

@@ -13,10 +13,10 @@ is in the store and registered, the scratch directory is deleted (it holds anoth
 role's ``keep_resume_checkpoints`` is set.
 
 Where the update runs is ``cfg.launch`` (``dr_core.config.training.LaunchSettings``): by default in this process,
-with the rewards' engines from the process's pool (``dr_core.engines.process``); with an accelerate config (N
-processes, M machines) as ``accelerate launch`` of ``dr_core.train.launch`` (``dr_core.train.multi.launch_train``),
-every rank building its engines from the same configs. Both hand the same rollout records to the same sink, so the
-stored tables and the returned reference have the same shape.
+with the rewards' engines from the pool the caller gives (the task's: ``tasks.runtime.engines()``); with an
+accelerate config (N processes, M machines) as ``accelerate launch`` of ``dr_core.train.launch``
+(``dr_core.train.multi.launch_train``), every rank building its engines from the same configs. Both hand the same
+rollout records to the same sink, so the stored tables and the returned reference have the same shape.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from pathlib import Path
 
 from dr_core.config import DEFAULT_MODEL, CoevolveConfig, EngineConfig
 from dr_core.engines.identity import dir_identity, model_id
-from dr_core.engines.process import engine_for, keep_engines
+from dr_core.engines.pool import EnginePool
 from dr_core.resources import return_freed_memory
 from dr_core.runs.refs import CheckpointRef, StepContext, UpdateRef, write_ref
 from dr_core.scoring import signals
@@ -80,16 +80,17 @@ def train_generator(
     base: CheckpointRef,
     verifier_model: str,
     scratch: Path,
+    engines: EnginePool,
 ) -> UpdateRef:
     """G(t-1) -> G(t) on the current policy's sets (``rows``: prompts, samples, anchors; R_disc + lam R_anchor,
-    Eq. 24-25)."""
+    Eq. 24-25); the rewards' verifier from ``engines``."""
     s = Store.from_url(ctx.store)
     p, c, a = rows
     sink = records.RolloutSink(
         base.fingerprint, verifier_model, cfg.generator.num_generations, anchor_ranks=records.anchor_ranks(p, c, a)
     )
     train_rows = records.generator_rows(p, c, a)
-    return _train_and_publish(s, ctx, cfg, "generator", base, train_rows, scratch, sink)
+    return _train_and_publish(s, ctx, cfg, "generator", base, train_rows, scratch, sink, engines)
 
 
 def train_policy(
@@ -100,8 +101,10 @@ def train_policy(
     generator: CheckpointRef,
     verifier_model: str,
     scratch: Path,
+    engines: EnginePool,
 ) -> UpdateRef:
-    """P(t-1) -> P(t) with rewards from the fixed G(t) and the frozen verifier (Eq. 12 scores, Eq. 21)."""
+    """P(t-1) -> P(t) with rewards from the fixed G(t) and the frozen verifier (Eq. 12 scores, Eq. 21), both from
+    ``engines``."""
     s = Store.from_url(ctx.store)
     gen_cfg = cfg.round.engines.generator.model_copy(update={"model": str(local_dir(s, generator))})
     sink = records.RolloutSink(
@@ -112,7 +115,7 @@ def train_policy(
     cfg = cfg.model_copy(
         update={"policy": cfg.policy.model_copy(update={"rubric_format": cfg.generator.rubric_format})}
     )
-    return _train_and_publish(s, ctx, cfg, "policy", base, train_rows, scratch, sink, gen_cfg)
+    return _train_and_publish(s, ctx, cfg, "policy", base, train_rows, scratch, sink, engines, gen_cfg)
 
 
 #: Per role: the history field of rollouts without a usable reward, the record field whose zero spread in a group is
@@ -132,12 +135,14 @@ def _train_and_publish(
     train_rows,
     scratch: Path,
     sink: records.RolloutSink,
+    engines: EnginePool,
     generator: EngineConfig | None = None,
 ) -> UpdateRef:
     """The update of ``role`` from ``base``: train, keep its rollouts, write its rollout tables (stage ``role``),
     save and register the new checkpoint."""
     settings = cfg.generator if role == "generator" else cfg.policy
-    result = _update(cfg, role, local_dir(s, base), train_rows, scratch, sink, cfg.round.engines.verifier, generator)
+    verifier = cfg.round.engines.verifier
+    result = _update(cfg, role, local_dir(s, base), train_rows, scratch, sink, engines, verifier, generator)
     return_freed_memory()  # the trainer's tensors are freed: give their pages back before the next step
     sink = _rollouts(sink, scratch)
     counted, spread_field, tables = _ROLE_FIELDS[role]
@@ -153,14 +158,15 @@ def _update(
     rows,
     scratch: Path,
     sink: records.RolloutSink,
+    engines: EnginePool,
     verifier: EngineConfig,
     generator: EngineConfig | None = None,
 ):
-    """Train in this process with the pool's engines, or launch the ranks (``cfg.launch``), which build their own:
-    this process then frees its engines for them."""
+    """Train in this process with the rewards' engines from ``engines``, or launch the ranks (``cfg.launch``), which
+    build their own: this process then frees its engines for them."""
     settings = cfg.generator if role == "generator" else cfg.policy
     if not cfg.launch.in_process:
-        keep_engines()
+        engines.keep()
         return multi.launch_train(
             role,
             base_dir,
@@ -173,11 +179,11 @@ def _update(
             on_rollouts=sink,
         )
     if role == "generator":
-        keep_engines(verifier)  # the rewards' verifier; the trainer needs the memory of the rest
-        return grpo_train_generator(base_dir, rows, engine_for(verifier), settings, scratch, on_rollouts=sink)
-    keep_engines(generator, verifier)  # the rewards' G(t) and verifier
+        engines.keep(verifier)  # the rewards' verifier; the trainer needs the memory of the rest
+        return grpo_train_generator(base_dir, rows, engines.get(verifier), settings, scratch, on_rollouts=sink)
+    engines.keep(generator, verifier)  # the rewards' G(t) and verifier
     return grpo_train_policy(
-        base_dir, rows, engine_for(generator), engine_for(verifier), settings, scratch, on_rollouts=sink
+        base_dir, rows, engines.get(generator), engines.get(verifier), settings, scratch, on_rollouts=sink
     )
 
 

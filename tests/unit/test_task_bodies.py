@@ -9,7 +9,6 @@ import datetime as dt
 import pytest
 
 from dr_core.config import coevolve_preset, preset
-from dr_core.engines import process
 from dr_core.engines.pool import EnginePool
 from dr_core.evaluator.judge import judge_engine_config
 from dr_core.runs.refs import ArtifactRef, CheckpointRef, RubricInputs, SampleInputs, StepContext, VerifyInputs
@@ -29,7 +28,8 @@ CFG = preset("tiny", n_prompts=2, k=2, n_anchor=3, rubric_rollouts=2)
 def serve(monkeypatch, engines, fake: FakeEngine) -> FakeEngine:
     """Make ``fake`` what ``tasks.runtime.engine_for`` returns for every role of ``engines`` (an EnginesConfig),
     in a fresh engine pool that is restored after the test."""
-    monkeypatch.setattr(process, "_POOL", EnginePool())
+    pool = EnginePool()
+    monkeypatch.setattr(runtime, "engines", lambda: pool)
     for role in ("generator", "verifier", "policy"):
         runtime.adopt_engine(getattr(engines, role), fake)
     return fake
