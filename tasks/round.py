@@ -78,12 +78,17 @@ def _write_part(
     )
 
 
-def _shard_sets(ctx: StepContext, inputs: RubricInputs | VerifyInputs, shard: Shard):
-    """(store, the round's prompt rows, the shard's span of set indices, the samples of the shard's sets)."""
+def _per_set_step(ctx: StepContext, inputs: RubricInputs | VerifyInputs, shard: Shard, names: tuple, work):
+    """A model step over the shard's response sets: ``work(store, the round's prompt rows, the shard's span of set
+    indices, the samples of the shard's sets)`` gives (rows, cost), counted as ``names`` = (activity, unit) and
+    written to table ``names[2]`` (the step's part, or the shard's)."""
+    label, unit, table = names
     s = Store.from_url(ctx.store)
     prompt_rows = read_rows(s, inputs.prompts)
     span = shard.span(len(prompt_rows))
-    return s, prompt_rows, span, in_shard(read_rows(s, inputs.samples), span)
+    with progress.activity(shard.activity(label), unit):
+        rows, cost = work(s, prompt_rows, span, in_shard(read_rows(s, inputs.samples), span))
+    return _write_part(s, ctx, table, rows, shard, span, cost)
 
 
 @task(name="select-inputs", **STEP)
@@ -114,34 +119,26 @@ def sample(ctx: StepContext, cfg: RoundConfig, inputs: SampleInputs, shard: Shar
 @task(name="generate-rubrics", **MODEL_STEP)
 def generate_rubrics(ctx: StepContext, cfg: RoundConfig, inputs: RubricInputs, shard: Shard = Shard()) -> ArtifactRef:
     """The generator's rubric list(s) for every response set of the shard."""
-    s, prompt_rows, span, samples = _shard_sets(ctx, inputs, shard)
-    with progress.activity(shard.activity("rubrics"), "rubrics"):
-        rows, cost = round_steps.generate_rubric_rows(
-            engine_for(cfg.engines.generator),
-            prompt_rows,
-            samples,
-            cfg,
-            inputs.generator_model,
-            ctx.stage,
-        )
-    return _write_part(s, ctx, "rubrics", rows, shard, span, cost)
+
+    def rubrics(_s: Store, prompt_rows: list, _span, samples: list):
+        generator = engine_for(cfg.engines.generator)
+        return round_steps.generate_rubric_rows(generator, prompt_rows, samples, cfg, inputs.generator_model, ctx.stage)
+
+    return _per_set_step(ctx, inputs, shard, ("rubrics", "rubrics", "rubrics"), rubrics)
 
 
 @task(name="verify", **MODEL_STEP)
 def verify(ctx: StepContext, cfg: RoundConfig, inputs: VerifyInputs, shard: Shard = Shard()) -> ArtifactRef:
     """The frozen verifier's yes/no for every rubric item on every response of the shard's sets and anchors."""
-    s, prompt_rows, span, samples = _shard_sets(ctx, inputs, shard)
-    with progress.activity(shard.activity("verify"), "verdicts"):
-        rows, cost = round_steps.verify_sets(
-            engine_for(cfg.engines.verifier),
-            prompt_rows,
-            samples,
-            read_rows(s, inputs.anchors),
-            in_shard(read_rows(s, inputs.rubrics), span),
-            inputs.verifier_model,
-            ctx.stage,
+
+    def verdicts(s: Store, prompt_rows: list, span, samples: list):
+        anchors, rubrics = read_rows(s, inputs.anchors), in_shard(read_rows(s, inputs.rubrics), span)
+        verifier = engine_for(cfg.engines.verifier)
+        return round_steps.verify_sets(
+            verifier, prompt_rows, samples, anchors, rubrics, inputs.verifier_model, ctx.stage
         )
-    return _write_part(s, ctx, "verdicts", rows, shard, span, cost)
+
+    return _per_set_step(ctx, inputs, shard, ("verify", "verdicts", "verdicts"), verdicts)
 
 
 @task(name="merge-shards", **STEP)
