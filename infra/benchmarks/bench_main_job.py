@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 import psutil
+from bench_round import dr_command
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -72,21 +73,7 @@ class TreeRSS:
 def run_job(cwd: Path, store: Path, out: Path, extra: list[str]) -> dict:
     env = dict(os.environ)
     env.pop("DR_VERBOSE", None)
-    cmd = [
-        sys.executable,
-        "-m",
-        "cli.main",
-        "coevolve",
-        "--preset",
-        "tiny",
-        "--store",
-        str(store),
-        "--run-id",
-        "bench",
-        "--json",
-        str(out),
-        *extra,
-    ]
+    cmd = dr_command("coevolve", "tiny", store, out, extra)
     start = time.time()
     proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     rss = TreeRSS(proc.pid)

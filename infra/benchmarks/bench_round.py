@@ -18,24 +18,16 @@ import time
 from pathlib import Path
 
 
+def dr_command(subcommand: str, preset: str, store: Path, out: Path, extra: list[str]) -> list[str]:
+    """``dr SUBCOMMAND --preset P --store S --run-id bench --json OUT EXTRA...``, run by this interpreter."""
+    head = [sys.executable, "-m", "cli.main", subcommand, "--preset", preset, "--store", str(store)]
+    return head + ["--run-id", "bench", "--json", str(out), *extra]
+
+
 def run(store: Path, preset: str, out: Path, extra: list[str]) -> tuple[float, dict]:
     start = time.perf_counter()
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "cli.main",
-            "round",
-            "--preset",
-            preset,
-            "--store",
-            str(store),
-            "--run-id",
-            "bench",
-            "--json",
-            str(out),
-            *extra,
-        ],
+        dr_command("round", preset, store, out, extra),
         capture_output=True,
         text=True,
     )

@@ -57,6 +57,7 @@ from serve_harness import (  # noqa: E402
     make_sets,
     percentile,
     read_metrics,
+    result_head,
     stop_server,
     wait_ready,
 )
@@ -345,20 +346,19 @@ def print_report(phases: dict, ratios: dict, clients: int, servers: dict, total:
 
 
 def result_of(args, env: dict, servers: dict, phases: dict, ratios: dict, total: float) -> dict:
+    config = {
+        "requests": args.requests,
+        "clients": args.clients,
+        "responses_per_set": args.responses_per_set,
+        "modes": args.modes,
+        "max_batch_sets": args.max_batch_sets,
+        "warmup_requests": WARMUP,
+        "data": str(DATA.relative_to(ROOT)),
+        "engines": "dr serve's default (--preset tiny), vLLM CPU",
+        "omp_num_threads": env["OMP_NUM_THREADS"],
+    }
     return {
-        "benchmark": "bench_serve",
-        "command": " ".join([Path(sys.executable).name] + sys.argv),
-        "config": {
-            "requests": args.requests,
-            "clients": args.clients,
-            "responses_per_set": args.responses_per_set,
-            "modes": args.modes,
-            "max_batch_sets": args.max_batch_sets,
-            "warmup_requests": WARMUP,
-            "data": str(DATA.relative_to(ROOT)),
-            "engines": "dr serve's default (--preset tiny), vLLM CPU",
-            "omp_num_threads": env["OMP_NUM_THREADS"],
-        },
+        **result_head("bench_serve", config),
         "servers": servers,
         "phases": phases,
         "ratios": ratios,

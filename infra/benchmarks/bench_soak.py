@@ -71,6 +71,7 @@ from serve_harness import (  # noqa: E402
     free_port,
     make_sets,
     read_metrics,
+    result_head,
     stop_server,
     tail,
     wait_ready,
@@ -400,24 +401,23 @@ def summarize(args, env, soak: Soak, ready, ready_s, rss, soak_wall, metrics, ex
         + ("dr_group_timeouts_total", "dr_engine_failures_total", "dr_unscorable_total")
         if k in metrics
     }
+    config = {
+        "minutes": args.minutes,
+        "window_minutes": args.window_minutes,
+        "warmup_minutes": args.warmup_minutes,
+        "clients": args.clients,
+        "seed": args.seed,
+        "mix": MIX,
+        "group_size": GROUP_SIZE,
+        "rubric_rollouts": ROLLOUTS,
+        "rss_interval_s": args.rss_interval,
+        "data": str(DATA.relative_to(ROOT)),
+        "engines": args.engines or "dr serve's default (--preset tiny), vLLM CPU",
+        "batching": args.batching or "dr serve's default",
+        "omp_num_threads": env["OMP_NUM_THREADS"],
+    }
     return {
-        "benchmark": "bench_soak",
-        "command": " ".join([Path(sys.executable).name] + sys.argv),
-        "config": {
-            "minutes": args.minutes,
-            "window_minutes": args.window_minutes,
-            "warmup_minutes": args.warmup_minutes,
-            "clients": args.clients,
-            "seed": args.seed,
-            "mix": MIX,
-            "group_size": GROUP_SIZE,
-            "rubric_rollouts": ROLLOUTS,
-            "rss_interval_s": args.rss_interval,
-            "data": str(DATA.relative_to(ROOT)),
-            "engines": args.engines or "dr serve's default (--preset tiny), vLLM CPU",
-            "batching": args.batching or "dr serve's default",
-            "omp_num_threads": env["OMP_NUM_THREADS"],
-        },
+        **result_head("bench_soak", config),
         "server": ready,
         "startup_s": round(ready_s, 1),
         "server_exit_code": exit_code,

@@ -22,6 +22,11 @@ STOP_GRACE_S = 30.0
 
 
 # -- data -------------------------------------------------------------------------------------------------------
+def result_head(name: str, config: dict) -> dict:
+    """The head of a benchmark's JSON result: its name, the command line that ran it, its configuration."""
+    return {"benchmark": name, "command": " ".join([Path(sys.executable).name] + sys.argv), "config": config}
+
+
 def make_sets(n: int, k: int) -> list[dict]:
     """n distinct sets (prompt + k responses): each prompt once with k responses spread over its ranking, then
     again with the next spread (shifted by one) if more sets are needed."""
