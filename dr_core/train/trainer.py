@@ -68,33 +68,39 @@ def load_model(base_checkpoint: str | Path, settings: GRPOSettings):
     return model, peft_config
 
 
+#: The GRPOSettings fields that are GRPOConfig arguments of the same name and meaning.
+PASSED_TO_GRPO_CONFIG = (
+    "learning_rate",
+    "num_generations",
+    "max_completion_length",
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
+    "steps_per_generation",
+    "max_steps",
+    "temperature",
+    "seed",
+    "save_steps",
+    "save_total_limit",
+    "logging_steps",
+    "bf16",
+    "gradient_checkpointing",
+    "deepspeed",
+)
+
+
 def grpo_config(settings: GRPOSettings, checkpoints_dir: Path, scale_rewards: str):
     """TRL's ``GRPOConfig`` of the update: checkpoints to ``checkpoints_dir``, rewards scaled as ``scale_rewards``."""
     import torch
     from trl import GRPOConfig
 
     return GRPOConfig(
+        **{name: getattr(settings, name) for name in PASSED_TO_GRPO_CONFIG},
         output_dir=str(checkpoints_dir),
-        learning_rate=settings.learning_rate,
         beta=effective_beta(settings),
-        num_generations=settings.num_generations,
-        max_completion_length=settings.max_completion_length,
-        per_device_train_batch_size=settings.per_device_train_batch_size,
-        gradient_accumulation_steps=settings.gradient_accumulation_steps,
-        steps_per_generation=settings.steps_per_generation,
-        max_steps=settings.max_steps,
-        temperature=settings.temperature,
-        seed=settings.seed,
         save_strategy="steps",
-        save_steps=settings.save_steps,
-        save_total_limit=settings.save_total_limit,
-        logging_steps=settings.logging_steps,
-        bf16=settings.bf16,
         fp16=False,
-        gradient_checkpointing=settings.gradient_checkpointing,
         # transformers accepts bf16 without a GPU only with use_cpu; accelerate then autocasts the CPU to bf16
         use_cpu=settings.bf16 and not torch.cuda.is_available(),
-        deepspeed=settings.deepspeed,
         scale_rewards=scale_rewards,
         use_vllm=False,
         # several processes without CUDA (DeepSpeed on CPU): accelerate finds no backend by itself

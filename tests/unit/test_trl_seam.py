@@ -79,3 +79,21 @@ def test_a_trl_attribute_the_trainer_would_shadow_is_refused(monkeypatch):
     monkeypatch.setattr(GRPOTrainer, "dr_advantages", [], raising=False)
     with pytest.raises(TrainerSeamError, match="GRPOTrainer now has dr_advantages"):
         trainer.grpo_trainer_class()
+
+
+def test_the_settings_passed_by_name_are_grpo_config_arguments_with_their_values(tmp_path):
+    """``trainer.PASSED_TO_GRPO_CONFIG``: each name is a GRPOSettings field and a GRPOConfig argument, and the built
+    config carries the settings' value for each."""
+    import dataclasses
+
+    from dr_core.config.training import GRPOSettings
+
+    config_fields = {f.name for f in dataclasses.fields(trl.GRPOConfig)}
+    for name in trainer.PASSED_TO_GRPO_CONFIG:
+        assert name in GRPOSettings.model_fields and name in config_fields, name
+    settings = GRPOSettings(learning_rate=3e-5, max_steps=7, seed=11, save_steps=5, bf16=False, steps_per_generation=2)
+    config = trainer.grpo_config(settings, tmp_path, "group")
+    for name in trainer.PASSED_TO_GRPO_CONFIG:
+        if getattr(settings, name) is not None:  # None: TRL's own default (steps_per_generation: the accumulation)
+            assert getattr(config, name) == getattr(settings, name), name
+    assert config.output_dir == str(tmp_path) and config.scale_rewards == "group"
