@@ -24,63 +24,59 @@ def print_tables(result: dict, seeds=None) -> None:
     print("\n" + markdown(result))
 
 
+def _table(title: str, header: list[str], rows: list[list[str]]) -> list[str]:
+    """A titled Markdown table: a blank line, the title, a blank line, the header, its rule, one line per row."""
+    line = lambda cells: "| " + " | ".join(cells) + " |"  # noqa: E731
+    return ["", title, "", line(header), "|" + "---|" * len(header)] + [line(r) for r in rows]
+
+
 def _sweep(result: dict) -> list[str]:
     a, ch = result["args"], result["chosen"]
-    out = [
+    intro = (
         f"Measured here (2 cores, one run of the protocol, {result['seconds'] / 60:.0f} min; audit: "
         f"{result['audit_overlap_rows']} overlapping prompts). Chosen on the tuning split: learning rate "
-        f"{ch['lr']:g}, LoRA rank {ch['lora_r']}, K {ch['k']}. Means with 95 % bootstrap intervals over prompts.",
-        "",
-        f"Sweep (tuning split, seed 0, {a['sweep_steps']} steps each):",
-        "",
-        "| lr | LoRA rank | K | tuning R_disc gain | reward first 10 -> last 10 | steps without gradient |",
-        "|---|---|---|---|---|---|",
-    ]
+        f"{ch['lr']:g}, LoRA rank {ch['lora_r']}, K {ch['k']}. Means with 95 % bootstrap intervals over prompts."
+    )
+    header = ["lr", "LoRA rank", "K", "tuning R_disc gain", "reward first 10 -> last 10", "steps without gradient"]
+    rows = []
     for sw in result["sweep"]:
         c, st = sw["curve"], sw["setting"]
-        out.append(
-            f"| {st['lr']:g} | {st['lora_r']} | {st['k']} | {fmt(sw['GS_minus_G0']['r_disc'])} | "
-            f"{c['first10']:.3f} -> {c['last10']:.3f} | {c['steps_without_gradient']} |"
+        rows.append(
+            [f"{st['lr']:g}", str(st["lora_r"]), str(st["k"]), fmt(sw["GS_minus_G0"]["r_disc"])]
+            + [f"{c['first10']:.3f} -> {c['last10']:.3f}", str(c["steps_without_gradient"])]
         )
-    return out
+    return [intro] + _table(f"Sweep (tuning split, seed 0, {a['sweep_steps']} steps each):", header, rows)
 
 
 def _training(result: dict) -> list[str]:
     a = result["args"]
-    out = [
-        "",
+    title = (
         f"Training ({a['steps']} generator steps a seed on the {a['train']} training prompts; reward = "
-        "R_disc + R_anchor, one group of 4 rollouts a step):",
-        "",
-        "| seed | reward, first 10 steps | last 10 | R_disc, first 10 | last 10 | steps without gradient |",
-        "|---|---|---|---|---|---|",
-    ]
+        "R_disc + R_anchor, one group of 4 rollouts a step):"
+    )
+    header = ["seed", "reward, first 10 steps", "last 10", "R_disc, first 10", "last 10", "steps without gradient"]
+    rows = []
     for sd in result["seeds"]:
         c = result["seeds"][sd]["curve"]
-        out.append(
-            f"| {sd} | {c['first10']:.3f} | {c['last10']:.3f} | {c['r_disc_first10']:.3f} | "
-            f"{c['r_disc_last10']:.3f} | {c['steps_without_gradient']} |"
+        rows.append(
+            [str(sd)]
+            + [f"{c[k]:.3f}" for k in ("first10", "last10", "r_disc_first10", "r_disc_last10")]
+            + [str(c["steps_without_gradient"])]
         )
-    return out
+    return _table(title, header, rows)
 
 
 def _heldout(result: dict) -> list[str]:
     a = result["args"]
-    out = [
-        "",
-        f"Held out ({a['heldout']} prompts, {a['eval_rubrics']} rubrics each):",
-        "",
-        "| model | " + " | ".join(METRICS) + " |",
-        "|---|" + "---|" * len(METRICS),
-    ]
-    rows = [("G(0)", result["G0"])]
+    named = [("G(0)", result["G0"])]
     for sd in result["seeds"]:
-        rows += [
+        named += [
             (f"G(S) seed {sd}", result["seeds"][sd]["GS"]),
             (f"G(S) - G(0) seed {sd}", result["seeds"][sd]["GS_minus_G0"]),
         ]
-    rows += [("G(S) pooled", result["pooled"]["GS"]), ("**G(S) - G(0) pooled**", result["pooled"]["GS_minus_G0"])]
-    return out + [f"| {name} | " + " | ".join(fmt(v[m]) for m in METRICS) + " |" for name, v in rows]
+    named += [("G(S) pooled", result["pooled"]["GS"]), ("**G(S) - G(0) pooled**", result["pooled"]["GS_minus_G0"])]
+    rows = [[name] + [fmt(v[m]) for m in METRICS] for name, v in named]
+    return _table(f"Held out ({a['heldout']} prompts, {a['eval_rubrics']} rubrics each):", ["model", *METRICS], rows)
 
 
 def _policy(result: dict) -> list[str]:
