@@ -326,10 +326,12 @@ def _check_outputs(store_url: str, json_out: Optional[str], create_bucket: bool)
         check_output_path(json_out, "--json")
 
 
-def _finish(result: dict, show, json_out: Optional[str]) -> None:
-    """Print a flow's result table and, if asked, write the whole result as JSON (atomically)."""
-    show(result)
+def _finish(result, show, json_out: Optional[str]) -> None:
+    """Print a flow's result (a ``RoundResult`` or ``CoevolveResult``) as tables and, if asked, write the whole
+    result as JSON (atomically)."""
+    data = result.model_dump()
+    show(data)
     if json_out:
         from dr_core.store.atomic import write_json_atomic
 
-        write_json_atomic(json_out, result)
+        write_json_atomic(json_out, data)

@@ -95,9 +95,9 @@ def _refresh(p: AnchorRefreshParams) -> dict:
     return result | {
         "trained": True,
         "round": start["round"],
-        "generator": out["generator"]["uri"],
-        "policy": out["policy"]["uri"],
-        "warnings": out["warnings"],
+        "generator": out.generator["uri"],
+        "policy": out.policy["uri"],
+        "warnings": out.warnings,
     }
 
 

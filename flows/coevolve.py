@@ -21,7 +21,7 @@ from prefect import flow, get_run_logger
 from pydantic import Field, field_validator
 
 from dr_core.config import CoevolveConfig, coevolve_preset, numerics
-from dr_core.runs.refs import CheckpointRef, RoundInputs, StepContext, UpdateRef
+from dr_core.runs.refs import CheckpointRef, CoevolveResult, RoundInputs, StepContext, UpdateRef
 from dr_core.scoring import signals
 from flows import runners
 from flows.steps import RunParams, Steps, measure, sample_step, with_models
@@ -76,7 +76,7 @@ def round_warnings(rounds: list[dict]) -> list[str]:
 
 
 @flow(name="dynamicrubric-coevolve", task_runner=runners.from_env())
-def coevolve_flow(params: CoevolveParams) -> dict:
+def coevolve_flow(params: CoevolveParams) -> CoevolveResult:
     cfg = params.config
     measure_start = cfg.measure_start and params.start_round == 1
     steps = Steps(
@@ -102,16 +102,16 @@ def coevolve_flow(params: CoevolveParams) -> dict:
     found = round_warnings(rounds)
     for w in found:  # also in the flow run's log: a scheduled run (anchor refresh) has no CLI to print them
         get_run_logger().warning(w)
-    return {
-        "run_id": params.run_id,
-        "numerics": numbers,
-        "rounds": rounds,
-        "steps": steps.log.entries(),
-        "generator": gen.model_dump(),
-        "policy": pol.model_dump(),
-        "warnings": found,
-        "signal_checks": signals.signal_checks(rounds),
-    }
+    return CoevolveResult(
+        run_id=params.run_id,
+        numerics=numbers,
+        rounds=rounds,
+        steps=steps.log.entries(),
+        generator=gen.model_dump(),
+        policy=pol.model_dump(),
+        warnings=found,
+        signal_checks=signals.signal_checks(rounds),
+    )
 
 
 def _start(ref: dict | None) -> CheckpointRef | None:

@@ -14,7 +14,7 @@ from prefect import flow, get_run_logger
 from pydantic import Field
 
 from dr_core.config import RoundConfig, numerics, preset
-from dr_core.runs.refs import StepContext
+from dr_core.runs.refs import RoundResult, StepContext
 from flows import runners
 from flows.steps import RunParams, Steps, measure
 from tasks import round as round_tasks
@@ -29,7 +29,7 @@ class RoundParams(RunParams):
 
 
 @flow(name="dynamicrubric-round", task_runner=runners.from_env())
-def round_flow(params: RoundParams) -> dict:
+def round_flow(params: RoundParams) -> RoundResult:
     cfg = params.config
     numbers = numerics.describe(cfg.engines)
     get_run_logger().info(numbers)
@@ -37,14 +37,14 @@ def round_flow(params: RoundParams) -> dict:
     with steps.log:
         result = measure(steps, cfg, run_eval=params.run_eval)
         steps.run(round_tasks.record_run, "record-run", steps.ctx, cfg, "round-complete")
-    return {
-        "run_id": params.run_id,
-        "round": params.round_no,
-        "numerics": numbers,
-        "summary": result.summary,
-        "steps": steps.log.entries(),
-        "artifacts": {k: v.uri for k, v in result.artifacts.items()},
-    }
+    return RoundResult(
+        run_id=params.run_id,
+        round=params.round_no,
+        numerics=numbers,
+        summary=result.summary,
+        steps=steps.log.entries(),
+        artifacts={k: v.uri for k, v in result.artifacts.items()},
+    )
 
 
 if __name__ == "__main__":

@@ -12,10 +12,11 @@ references), never frames.
 - ``CheckpointRef``: a model checkpoint, ``{uri, fingerprint}``: the cache key sees its identity, never its URI.
   ``UpdateRef`` adds what a GRPO update measured (steps, rewards, timings, degenerate-signal counts).
 - ``RoundInputs`` (prompts and anchors of a round) and ``Scored`` (Eq. 12 scores and the generator's rewards).
+- ``RoundResult`` and ``CoevolveResult``: what the flows return.
 - ``write_ref``: write a step's rows and return their ``ArtifactRef``.
 
-All are frozen pydantic models: Prefect persists them as task results, and ``model_dump()`` gives the plain dicts
-that the flows return and the CLI prints.
+All are frozen pydantic models: Prefect persists them as task and flow results, and ``model_dump()`` gives the plain
+dicts that the CLI prints and writes (``--json``).
 """
 
 from __future__ import annotations
@@ -149,6 +150,34 @@ class UpdateRef(CheckpointRef):
     def checkpoint(self) -> CheckpointRef:
         """The reference alone, without the metrics."""
         return CheckpointRef(uri=self.uri, fingerprint=self.fingerprint)
+
+
+class RoundResult(_Ref):
+    """What a round flow returns (flows/round.py; ``dr round --json`` writes its ``model_dump``): the run and round,
+    the numerics line, the round's summary figures, each step's state, seconds and peak memory by step name, and the
+    URI of each table's part."""
+
+    run_id: str
+    round: int
+    numerics: str
+    summary: dict[str, Any]
+    steps: dict[str, dict[str, Any]]
+    artifacts: dict[str, str]
+
+
+class CoevolveResult(_Ref):
+    """What a co-evolution flow returns (flows/coevolve.py; ``dr coevolve --json``): the run, the numerics line, one
+    summary per round (round 0: the start measured), each step by name, the last G(t) and P(t) with what their
+    updates measured, the degenerate-signal warnings in words and the signal checks over the rounds."""
+
+    run_id: str
+    numerics: str
+    rounds: list[dict[str, Any]]
+    steps: dict[str, dict[str, Any]]
+    generator: dict[str, Any]
+    policy: dict[str, Any]
+    warnings: list[str]
+    signal_checks: list[dict[str, Any]]
 
 
 def write_ref(store: Store, table: str, rows, part: str, **keys) -> ArtifactRef:

@@ -137,7 +137,7 @@ def test_sharded_round_on_ray_workers_gives_the_unsharded_rows(
         on_ray = run(str(tmp_path / "ray"), cfg, make_task_runner(address))
     except Exception as exc:  # a failed ray:// connection names a log on the head: show it
         raise AssertionError(f"the round on Ray failed: {exc}\n{_client_server_logs(root)}") from exc
-    steps = on_ray["steps"]
+    steps = on_ray.steps
     for step in ("sample", "generate-rubrics", "verify"):
         assert [steps[f"{step}/shard-{i}"]["state"] for i in range(2)] == ["Completed", "Completed"], steps
         assert steps[step]["state"] == "Completed"  # the merge
@@ -145,10 +145,10 @@ def test_sharded_round_on_ray_workers_gives_the_unsharded_rows(
     assert len(ray_store.files_under("_shards/verdicts", ".parquet")) == 2
 
     alone = run(str(tmp_path / "alone"), cfg.model_copy(update={"scale": preset("tiny").scale}))
-    assert "sample/shard-1" not in alone["steps"]  # in this process, unsharded: one shard of one
-    assert alone["steps"]["sample/shard-0"]["state"] == alone["steps"]["sample"]["state"] == "Completed"
-    assert on_ray["summary"] == alone["summary"]
-    assert on_ray["summary"]["verdicts"] > 0
+    assert "sample/shard-1" not in alone.steps  # in this process, unsharded: one shard of one
+    assert alone.steps["sample/shard-0"]["state"] == alone.steps["sample"]["state"] == "Completed"
+    assert on_ray.summary == alone.summary
+    assert on_ray.summary["verdicts"] > 0
     for table in ("samples", "rubrics", "verdicts"):
-        ref = Store.from_url(str(tmp_path / "alone")).content_hash(alone["artifacts"][table])
-        assert ray_store.content_hash(on_ray["artifacts"][table]) == ref, table
+        ref = Store.from_url(str(tmp_path / "alone")).content_hash(alone.artifacts[table])
+        assert ray_store.content_hash(on_ray.artifacts[table]) == ref, table

@@ -25,9 +25,9 @@ def _count(store_url, table, run_id):
 def test_round_fills_tables_and_rerun_is_served_from_cache(prefect_harness, micro_round, tmp_path):
     store = str(tmp_path / "store")
     first = _run(micro_round, store, "r1")
-    s = first["summary"]
+    s = first.summary
     assert (s["prompts"], s["sets"], s["responses"]) == (2, 2, 4)
-    assert all(first["steps"][name]["state"] == "Completed" for name in MODEL_STEPS)
+    assert all(first.steps[name]["state"] == "Completed" for name in MODEL_STEPS)
     assert _count(store, "samples", "r1") == 4
     # every usable rubric item is verified on the K responses and the 3 anchors
     assert _count(store, "verdicts", "r1") == s["rubric_items"] * (2 + 3) == s["verdicts"]
@@ -35,12 +35,12 @@ def test_round_fills_tables_and_rerun_is_served_from_cache(prefect_harness, micr
     assert _count(store, "eval", "r1") > 0
 
     again = _run(micro_round, store, "r1")
-    assert all(again["steps"][name]["state"] == "Cached" for name in MODEL_STEPS + ["select-inputs", "score"])
-    assert again["summary"] == s
+    assert all(again.steps[name]["state"] == "Cached" for name in MODEL_STEPS + ["select-inputs", "score"])
+    assert again.summary == s
     assert _count(store, "samples", "r1") == 4  # replaced, never duplicated
 
     other = _run(micro_round, store, "r2")  # same inputs, another run id: no model work, its own partition
-    assert all(other["steps"][name]["state"] == "Cached" for name in MODEL_STEPS)
+    assert all(other.steps[name]["state"] == "Cached" for name in MODEL_STEPS)
     assert _count(store, "samples", "r2") == 4 and _count(store, "verdicts", "r2") == s["verdicts"]
     from dr_core.store.artifacts import Store
 
@@ -56,11 +56,11 @@ def test_round_fills_tables_and_rerun_is_served_from_cache(prefect_harness, micr
         ex.setdefault(r["execution"], {})[r["step"]] = r
     assert len(ex) == 2
     ran, cached = ex.values()
-    assert set(ran) == set(first["steps"]) and set(cached) == set(again["steps"])
+    assert set(ran) == set(first.steps) and set(cached) == set(again.steps)
     assert all(ran[n]["state"] == "Completed" for n in MODEL_STEPS) and ran["sample"]["flow"] == "dynamicrubric-round"
     assert all(cached[n]["state"] == "Cached" for n in MODEL_STEPS)
     assert cached["sample"]["execution_ran"] < ran["sample"]["execution_ran"]
-    assert ran["verify"]["seconds"] == first["steps"]["verify"]["seconds"]
+    assert ran["verify"]["seconds"] == first.steps["verify"]["seconds"]
 
 
 def test_transient_failure_is_retried_and_bad_input_is_not(prefect_harness, micro_round, tmp_path, monkeypatch):
@@ -78,7 +78,7 @@ def test_transient_failure_is_retried_and_bad_input_is_not(prefect_harness, micr
 
     monkeypatch.setattr(pipeline, "sample_sets", crash_once)
     result = _run(micro_round, str(tmp_path / "a"), "retry", run_eval=False)
-    assert len(calls) == 2 and result["steps"]["sample"]["state"] == "Completed"
+    assert len(calls) == 2 and result.steps["sample"]["state"] == "Completed"
     assert _count(str(tmp_path / "a"), "samples", "retry") == 4
 
     bad = []

@@ -120,3 +120,16 @@ def test_every_table_has_its_typed_row():
         cls.TABLE for cls in vars(typed).values() if isinstance(cls, type) and issubclass(cls, Row) and cls is not Row
     }
     assert made == set(TABLES) == set(ROWS)
+
+
+def test_a_flow_result_with_a_misspelt_or_missing_field_is_refused_when_made():
+    from pydantic import ValidationError
+
+    from dr_core.runs.refs import RoundResult
+
+    good = dict(run_id="r", round=1, numerics="bf16", summary={"responses": 2}, steps={}, artifacts={"samples": "u"})
+    assert RoundResult(**good).model_dump() == good  # what dr round --json writes: the same keys as before
+    with pytest.raises(ValidationError, match="sumary"):
+        RoundResult(**{**good, "sumary": {}})
+    with pytest.raises(ValidationError, match="artifacts"):
+        RoundResult(**{k: v for k, v in good.items() if k != "artifacts"})
