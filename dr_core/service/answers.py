@@ -1,8 +1,9 @@
 """Stage "answer": what each request gets back, made from its scored set. Two moments:
 
 - in the worker (``batcher``), after scoring and before the commit: ``answer_batch`` makes every request's answer
-  ({request id: answer}); the commit (``ledger``) stores them as given (the ``requests`` rows are the commit record,
-  and a retry is replayed from them), then the worker hands them to the waiting requests;
+  ({request id: ``SetAnswer`` or ``MemberAnswer``}, JSON bodies with their keys declared); the commit (``ledger``)
+  stores them as given (the ``requests`` rows are the commit record, and a retry is replayed from them), then the
+  worker hands them to the waiting requests;
 - in the routes' handlers (``intake``, ``app``), after the worker: ``openrlhf_answer`` turns the members' answers
   into OpenRLHF's ``/get_reward`` body (``fill_unscorable``), ``verify_answer`` into NeMo Gym's ``/verify`` body, and
   ``unscorable_count`` counts the unscorable responses for the metrics.
@@ -13,10 +14,45 @@ library, so a trainer machine that loads the clients loads it too and nothing el
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Sequence, TypedDict
 
 if TYPE_CHECKING:
     from dr_core.service.scoring import Member, ScoredSet
+
+
+class SetAnswer(TypedDict):
+    """``/v1/score-set``: each rubric rollout's record (criteria, verdict matrix, scores), the mean Eq. 12 score per
+    response (None: unscorable), R_disc, and why any part was unscorable."""
+
+    request_id: str
+    set_id: int
+    rubric_id: str
+    rubrics: list[dict[str, Any]]
+    scores: list[float | None]
+    r_disc: float | None
+    unscorable: list[str]
+
+
+class MemberAnswer(TypedDict):
+    """``/v1/rewards`` (and each member behind ``/get_reward`` and ``/verify``): one response's reward, None when
+    unscorable with why."""
+
+    request_id: str
+    group_id: str | None
+    reward: float | None
+    rubric_id: str
+    set_id: int
+    unscorable: list[str]
+
+
+class OpenRLHFAnswer(TypedDict):
+    """``/get_reward``: a number per query (an unscorable one filled, and flagged in ``extra_logs.dr_unscorable``)."""
+
+    rewards: list[float]
+    scores: list[float]
+    extra_logs: dict[str, list[float]]
+    rubric_ids: list[str]
+    request_ids: list[str]
 
 
 def rubric_id(run_id: str, set_id: int) -> str:
@@ -24,36 +60,36 @@ def rubric_id(run_id: str, set_id: int) -> str:
     return f"{run_id}:{set_id}"
 
 
-def set_answer(run_id: str, s: ScoredSet, request_id: str) -> dict:
+def set_answer(run_id: str, s: ScoredSet, request_id: str) -> SetAnswer:
     """The ``/v1/score-set`` answer: every rubric with its verdict matrix, Eq. 12 scores and R_disc."""
-    return {
-        "request_id": request_id,
-        "set_id": s.job.set_id,
-        "rubric_id": rubric_id(run_id, s.job.set_id),
-        "rubrics": [{"rollout": i, **record} for i, record in enumerate(s.rubric_records())],
-        "scores": s.mean_scores,
-        "r_disc": s.r_disc,
-        "unscorable": s.unscorable(),
-    }
+    return SetAnswer(
+        request_id=request_id,
+        set_id=s.job.set_id,
+        rubric_id=rubric_id(run_id, s.job.set_id),
+        rubrics=[{"rollout": i, **record} for i, record in enumerate(s.rubric_records())],
+        scores=s.mean_scores,
+        r_disc=s.r_disc,
+        unscorable=s.unscorable(),
+    )
 
 
-def member_answer(run_id: str, s: ScoredSet, m: Member) -> dict:
+def member_answer(run_id: str, s: ScoredSet, m: Member) -> MemberAnswer:
     """The ``/v1/rewards`` answer of one member: its reward (None when unscorable, with why) and the rubric id."""
     score = s.mean_scores[m.index]  # None: no rollout could score it
     why = [] if score is not None else (s.unscorable() or ["no rubric could score this response"])
-    return {
-        "request_id": m.request_id,
-        "group_id": m.group_id,
-        "reward": score,
-        "rubric_id": rubric_id(run_id, s.job.set_id),
-        "set_id": s.job.set_id,
-        "unscorable": why,
-    }
+    return MemberAnswer(
+        request_id=m.request_id,
+        group_id=m.group_id,
+        reward=score,
+        rubric_id=rubric_id(run_id, s.job.set_id),
+        set_id=s.job.set_id,
+        unscorable=why,
+    )
 
 
-def answer_batch(run_id: str, scored: Sequence[ScoredSet]) -> dict[str, dict]:
+def answer_batch(run_id: str, scored: Sequence[ScoredSet]) -> dict[str, SetAnswer | MemberAnswer]:
     """{request id: answer} for every member of every scored set of a batch."""
-    out = {}
+    out: dict[str, SetAnswer | MemberAnswer] = {}
     for s in scored:
         for m in s.job.members:
             out[m.request_id] = set_answer(run_id, s, m.request_id) if m.index is None else member_answer(run_id, s, m)
@@ -69,7 +105,7 @@ def fill_unscorable(rewards: Sequence[float | None]) -> tuple[list[float], list[
     return [fill if r is None else r for r in rewards], [float(r is None) for r in rewards]
 
 
-def openrlhf_answer(answers: Sequence[dict]) -> dict:
+def openrlhf_answer(answers: Sequence[MemberAnswer]) -> OpenRLHFAnswer:
     """The ``/get_reward`` body from its members' answers, in query order. OpenRLHF needs a number: an unscorable
     member gets its set's mean (``fill_unscorable``) and is flagged in ``extra_logs.dr_unscorable``."""
     rewards: list[float] = [0.0] * len(answers)
@@ -81,16 +117,16 @@ def openrlhf_answer(answers: Sequence[dict]) -> dict:
         filled, flags = fill_unscorable([answers[i]["reward"] for i in idx])
         for i, f, u in zip(idx, filled, flags):
             rewards[i], unscorable[i] = f, u
-    return {
-        "rewards": rewards,
-        "scores": rewards,
-        "extra_logs": {"dr_unscorable": unscorable, "dr_set_id": [float(a["set_id"] % 2**52) for a in answers]},
-        "rubric_ids": [a["rubric_id"] for a in answers],
-        "request_ids": [a["request_id"] for a in answers],
-    }
+    return OpenRLHFAnswer(
+        rewards=rewards,
+        scores=rewards,
+        extra_logs={"dr_unscorable": unscorable, "dr_set_id": [float(a["set_id"] % 2**52) for a in answers]},
+        rubric_ids=[a["rubric_id"] for a in answers],
+        request_ids=[a["request_id"] for a in answers],
+    )
 
 
-def verify_answer(request: dict, answers: dict[str, dict], request_id: str) -> dict:
+def verify_answer(request: dict, answers: dict[str, MemberAnswer], request_id: str) -> dict:
     """NeMo Gym's ``BaseVerifyResponse`` for one rollout: the request as sent (``request``, its extra fields
     included), with its member answer's fields (``request_id``, ``group_id``, ``rubric_id``, ``set_id``,
     ``unscorable``) and ``reward`` set over it. ``answers``: every member's answer of its set. NeMo Gym needs a
