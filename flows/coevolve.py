@@ -168,12 +168,11 @@ def _evaluate_policy(steps: Steps, cfg: CoevolveConfig, pol: UpdateRef):
 
 def _update_summary(ref: UpdateRef, counted: str) -> dict:
     """What the round summary shows of an update."""
-    extra = ref.model_extra or {}
     return {k: _num(getattr(ref, k)) for k in ("reward_first", "reward_last")} | {
         "steps": ref.steps,
         "seconds": ref.seconds,
         "step_seconds": ref.step_seconds,
-        counted: extra.get(counted),
+        counted: getattr(ref, counted),
         "rollouts": ref.rollouts,
         "rollout_stats": ref.rollout_stats,
         **{k: getattr(ref, k) for k in SIGNAL_KEYS},

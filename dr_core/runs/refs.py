@@ -129,9 +129,10 @@ class CheckpointRef(_Ref):
 
 
 class UpdateRef(CheckpointRef):
-    """The checkpoint a GRPO update wrote, with what the update measured (tasks/train.py)."""
-
-    model_config = ConfigDict(frozen=True, extra="allow")
+    """The checkpoint a GRPO update wrote, with what the update measured (tasks/train.py): its GRPO steps, the mean
+    reward of its first and last step, seconds (all, per step), the rollouts and their group size G, the rollouts
+    without a usable reward (the generator's ``unparseable`` rubrics, the policy's ``unscorable`` responses; None for
+    the other role) and the zero-spread groups per step with the steps that had no gradient."""
 
     steps: int
     reward_first: float | None = None
@@ -145,6 +146,8 @@ class UpdateRef(CheckpointRef):
     group_size: int
     zero_std_by_step: list[dict] = []
     no_gradient_steps: int = 0
+    unparseable: int | None = None
+    unscorable: int | None = None
 
     @property
     def checkpoint(self) -> CheckpointRef:

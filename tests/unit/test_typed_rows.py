@@ -133,3 +133,14 @@ def test_a_flow_result_with_a_misspelt_or_missing_field_is_refused_when_made():
         RoundResult(**{**good, "sumary": {}})
     with pytest.raises(ValidationError, match="artifacts"):
         RoundResult(**{k: v for k, v in good.items() if k != "artifacts"})
+
+
+def test_an_update_metric_the_reference_does_not_declare_is_refused():
+    from pydantic import ValidationError
+
+    from dr_core.runs.refs import UpdateRef
+
+    fields = dict(uri="/s/models/g", fingerprint="g@1", steps=2, seconds=1.0, group_size=4)
+    assert UpdateRef(**fields, unparseable=1).unparseable == 1 and UpdateRef(**fields).unscorable is None
+    with pytest.raises(ValidationError, match="unparsable"):  # misspelt
+        UpdateRef(**fields, unparsable=1)
