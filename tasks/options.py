@@ -62,8 +62,8 @@ _MODULE_PATH = re.compile(r"(?:dr_core|tasks)(?:\.[A-Za-z_]\w*)+(?::[A-Za-z_]\w*
 
 
 def _imported(tree: ast.AST, module: str, is_package: bool) -> set[str]:
-    """Every module a source tree imports, at module level or inside a function (lazy imports run too), or names
-    by its dotted path in a string (a plug-in imported with importlib)."""
+    """Every module a source tree imports or names by its dotted path in a string. Imports at module level and
+    inside functions count (lazy imports run too), as does a plug-in's path that importlib imports."""
     found: set[str] = set()
     package = module if is_package or "." not in module else module.rsplit(".", 1)[0]
     for node in ast.walk(tree):

@@ -279,8 +279,10 @@ class VLLMEngine(Engine):
         return result
 
     def load_weights(self, named_tensors) -> None:
-        """Put these weights (``(name, tensor)`` pairs, Hugging Face checkpoint names and shapes) into the running
-        model in place, then drop the prefix cache (its entries were computed with the old weights).
+        """Put these weights into the running model in place, then drop the prefix cache.
+
+        weights: ``(name, tensor)`` pairs, Hugging Face checkpoint names and shapes. The prefix cache goes because
+        its entries were computed with the old weights.
 
         vLLM's ``reload_weights`` (layer-wise reload) is used rather than the model's ``load_weights``: on the CPU
         backend, loading packs every linear layer's weight into a oneDNN handle and leaves ``layer.weight`` an empty

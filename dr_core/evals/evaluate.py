@@ -85,8 +85,8 @@ def stage_costs(evaluation: SetEvaluation, startup_s: float) -> dict:
 
 
 def _evaluate(engines: dict, items: list[EvalItem], seeds: int, sampling: RubricSampling, log: Log) -> SetEvaluation:
-    """One rubric per (item, seed), then every verdict (``dr_core.evaluator.score.evaluate_sets``), with a line
-    per phase and each phase's requests counted under its own label."""
+    """One rubric per (item, seed), then every verdict (``dr_core.evaluator.score.evaluate_sets``). A line per
+    phase, and each phase's requests counted under its own label."""
     n = len(items) * seeds
     log(f"generating {n} rubric{'s' * (n != 1)}")
     with progress.activity("rubrics", "rubrics"):

@@ -108,7 +108,7 @@ LOGODDS_MODES = ("calibrated", "balanced")
 def verdict_bias(
     engine: Engine, stats: StageStats | None = None, style: str | None = None, mode: str = "calibrated"
 ) -> float | None:
-    """The verifier's threshold b on the yes-vs-no log-odds, computed once per engine object, mode and prompt style
+    """The verifier's threshold b on the yes-vs-no log-odds. Computed once per engine object, mode and prompt style
     (its cost is added to ``stats`` that once): "calibrated", the mean over content-free checks (Zhao et al. 2021);
     "balanced", the median over the bundled balanced probe (the verifier then says yes to half of it). None when no
     check gave log-probabilities."""

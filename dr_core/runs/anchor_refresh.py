@@ -57,8 +57,8 @@ def validate_and_ingest(store: Store, files: list[dict]) -> list[str]:
 
 
 def filter_anchors(store: Store, datasets: list[str], min_responses: int) -> dict:
-    """The lists of ``datasets`` that pass sql/anchor_filter, written as one anchors JSONL named by its content
-    (so the round's cache sees the same file for the same lists): {"path", "kept"}."""
+    """The lists of ``datasets`` that pass sql/anchor_filter, written as one anchors JSONL: {"path", "kept"}. The
+    file is named by its content, so the round's cache sees the same file for the same lists."""
     con = store.connect()
     kept = []
     for ds in datasets:

@@ -183,8 +183,8 @@ def nearest_existing(path: Path) -> Path:
 
 
 def probe_writable(directory: Path) -> str | None:
-    """None if a file can be made (and is then removed) in ``directory`` or, where it does not exist yet, in its
-    nearest existing ancestor (so it can be created); else why not, in words."""
+    """None if a file can be made in ``directory``, else why not, in words. The file is removed again; where the
+    directory does not exist yet, its nearest existing ancestor is tried (so it can be created)."""
     directory = Path(directory)
     target = directory if directory.exists() else nearest_existing(directory)
     if not target.is_dir():

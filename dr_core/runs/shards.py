@@ -80,8 +80,8 @@ def in_shard(rows: Iterable[dict], span: Sequence[int]) -> Rows:
 
 
 def ordered(refs: Sequence[dict | None], shards: int, what: str) -> list[dict]:
-    """The shard references in shard order, after checking that each of the ``shards`` shards is there exactly once
-    (a reference carries ``shard`` and ``shards``: tasks/round.py)."""
+    """The shard references in shard order, each of the ``shards`` shards checked to be there exactly once. A
+    reference carries ``shard`` and ``shards`` (tasks/round.py)."""
     got: dict[int, dict] = {}
     for ref in refs:
         if ref is None:

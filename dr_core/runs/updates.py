@@ -188,7 +188,7 @@ def _update(
 
 
 def _rollouts(sink: records.RolloutSink, scratch: Path) -> records.RolloutSink:
-    """Keep the rollout records beside the training output, so an update finished earlier (TRL returns its saved
+    """Keep the rollout records beside the training output. So an update finished earlier (TRL returns its saved
     result without training) still writes its rollouts to this store."""
     path = scratch / "rollouts.jsonl"
     if sink.records:

@@ -129,10 +129,10 @@ class Store:
 
     # -- writing ----------------------------------------------------------------------------------------------
     def write_shard(self, table: str, data, part: str, shard: int, shards: int, **keys) -> str:
-        """Write one shard's rows of a step (dr_core/runs/shards.py) as
-        ``<store>/_shards/<table>/<keys>/<part>.shard-<i>-of-<n>.parquet``, conformed to the table's schema like
-        ``write``. Outside the table's directory, so the DuckDB views never see a shard next to its merged part;
-        kept after the merge (each shard task's cached result points at its file)."""
+        """Write one shard's rows of a step (dr_core/runs/shards.py), conformed to the table's schema like ``write``.
+        The file is ``<store>/_shards/<table>/<keys>/<part>.shard-<i>-of-<n>.parquet``: outside the table's directory,
+        so the DuckDB views never see a shard next to its merged part; kept after the merge (each shard task's cached
+        result points at its file)."""
         if not (isinstance(shard, int) and isinstance(shards, int) and 0 <= shard < shards):
             raise ValueError(f"shard must be in [0, {shards}), got {shard!r}")
         rel = self._rel(table, f"{part}.shard-{shard}-of-{shards}", keys)
@@ -298,8 +298,9 @@ class Store:
 
     # -- DuckDB -----------------------------------------------------------------------------------------------
     def connect(self) -> duckdb.DuckDBPyConnection:
-        """An in-memory DuckDB connection with one view per table (``anchors``, ``verdicts``...) over the store,
-        confined by DuckDB's own configuration (``confine``): it can reach only this store's files.
+        """An in-memory DuckDB connection with one view per table over the store, confined to this store's files.
+        The views are named as the tables (``anchors``, ``verdicts``...); DuckDB's own configuration does the
+        confining (``confine``).
 
         The views read the files at query time, so parts written after ``connect()`` are seen; a table with no
         file yet is an empty view with the schema's columns (it stays empty for this connection).

@@ -140,9 +140,9 @@ def sweep_stale_staging(directory: str | Path) -> list[str]:
 
 @contextmanager
 def staging_dir(target: Path) -> Iterator[Path]:
-    """A new, empty directory of this process's own beside ``target`` (``.<name>.<random>.partial``), locked while
-    the block runs, with the mode the umask asks for; whatever of it was not published is removed on the way out.
-    Stale staging directories in the same parent are swept first."""
+    """A new, empty directory of this process's own beside ``target``, locked while the block runs. It is named
+    ``.<name>.<random>.partial``, with the mode the umask asks for; whatever of it was not published is removed on the
+    way out. Stale staging directories in the same parent are swept first."""
     target.parent.mkdir(parents=True, exist_ok=True)
     sweep_stale_staging(target.parent)
     while True:

@@ -150,8 +150,8 @@ def quote(value: str) -> str:
 def run_on_tables(
     name: str, tables: dict[str, pa.Table], params: dict[str, object] | None = None, sql_dir: Path = SQL_DIR
 ) -> pa.Table:
-    """Run the named query over in-memory ``tables`` (view name -> rows) instead of a store, on a connection that
-    can read nothing else (no files, no URLs, no extensions)."""
+    """Run the named query over in-memory ``tables`` (view name -> rows) instead of a store. The connection can
+    read nothing else: no files, no URLs, no extensions."""
     con = duckdb.connect()
     try:
         for view, table in tables.items():

@@ -100,8 +100,8 @@ def run(
 
 
 class LineSink:
-    """A ``dr_core.progress`` sink that prints every event as one ``DR-PROGRESS {json}`` line on stdout (flushed),
-    for the process that launched this one (``dr_core.train.multi.ProgressMirror`` reads them)."""
+    """A ``dr_core.progress`` sink that prints every event as one ``DR-PROGRESS {json}`` line on stdout. Each line
+    is flushed, for the process that launched this one (``dr_core.train.multi.ProgressMirror`` reads them)."""
 
     def __init__(self, stream=None):
         self.stream = stream

@@ -28,10 +28,10 @@ def completion_only_head(trainer, input_ids, compute_aux_loss: bool, multimodal:
 def completion_logps(
     trainer, model, input_ids, attention_mask, logits_to_keep: int, batch_size: int | None, compute_entropy: bool
 ):
-    """Per-token log-probabilities (and entropies) of the last ``logits_to_keep`` tokens, what TRL's
-    ``_get_per_token_logps_and_entropies`` returns, with the LM head applied to those positions only: the backbone
-    runs under the trainer's autocast (bf16 mixed precision when training in bf16), the head in float32 on the
-    float32 master weights, so the log-softmax over the vocabulary never sees bf16-rounded logits."""
+    """Per-token log-probabilities (and entropies) of the last ``logits_to_keep`` tokens, the LM head in float32. What
+    TRL's ``_get_per_token_logps_and_entropies`` returns, with the head applied to those positions only: the backbone
+    runs under the trainer's autocast (bf16 mixed precision when training in bf16), the head in float32 on the float32
+    master weights, so the log-softmax over the vocabulary never sees bf16-rounded logits."""
     import torch
     from trl.trainer.utils import entropy_from_logits, selective_log_softmax
 

@@ -89,8 +89,8 @@ def save_model(trainer, settings: GRPOSettings, base_checkpoint: str | Path, out
 
 
 def publish(trainer, tokenizer, result: TrainResult, settings: GRPOSettings, out_dir: Path) -> None:
-    """Complete ``out_dir/final.partial`` (tokenizer, ``result.json``, then the marker), rename it to
-    ``out_dir/final``, and delete the resumable checkpoints unless the settings keep them."""
+    """Complete ``out_dir/final.partial`` and rename it to ``out_dir/final``. The tokenizer and ``result.json`` go
+    in first, then the marker; the resumable checkpoints are deleted unless the settings keep them."""
     partial = _partial(out_dir)
     main = trainer.accelerator.is_main_process
     if main:

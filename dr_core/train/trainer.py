@@ -135,8 +135,8 @@ def build_trainer(model, reward, args, dataset_rows: list[dict], tokenizer, peft
 
 
 def fault_callback():
-    """A TRL/transformers callback with the ``grpo-step`` fault point (``dr_core.faults``) at the end of every
-    optimiser step, before that step's checkpoint is saved: a fault there strikes between two checkpoints."""
+    """A TRL/transformers callback with the ``grpo-step`` fault point (``dr_core.faults``). It fires at the end of
+    every optimiser step, before that step's checkpoint is saved: a fault there strikes between two checkpoints."""
     from transformers import TrainerCallback
 
     class FaultPoint(TrainerCallback):
@@ -200,8 +200,9 @@ class _Recording:
     _dr_beta_held = False
 
     def _reference_is_policy(self) -> bool:
-        """True while the policy still has the reference's weights (the first optimiser step of a fresh run)
-        and every completion generated now is trained on within this step (one generation per step)."""
+        """Whether the policy is still the reference model for the completions generated now. True while the
+        policy has the reference's weights (the first optimiser step of a fresh run) and every completion generated
+        now is trained on within this step (one generation per step)."""
         a = self.args
         return (
             self.dr_skip_ref_at_start

@@ -36,8 +36,8 @@ class TrainerSeamError(DRError, RuntimeError):
 
 @dataclass(frozen=True)
 class Seam:
-    """One method of ``trl.GRPOTrainer`` (looked up through its bases) that the trainer ``use``s ("overrides" or
-    "calls"), with the parameter names of ``inspect.signature`` in TRL 1.16.0, ``self`` first."""
+    """One method of ``trl.GRPOTrainer`` that the trainer ``use``s ("overrides" or "calls"). Looked up through the
+    class's bases; ``params``: the parameter names of ``inspect.signature`` in TRL 1.16.0, ``self`` first."""
 
     method: str
     use: str
@@ -104,9 +104,10 @@ def parameters(parent: type, method: str) -> tuple[str, ...] | None:
 
 
 def check_trl_seam(added: tuple[str, ...] = ()) -> None:
-    """Raise ``TrainerSeamError`` (one line) unless the installed TRL is in ``SUPPORTED_TRL`` (or ``DR_ALLOW_TRL=1``)
-    and each method of ``SEAMS`` still exists on ``trl.GRPOTrainer`` with the recorded parameter names; ``added``:
-    the names the trainer adds to GRPOTrainer, which TRL must not have (a TRL method of that name would be shadowed)."""
+    """Raise ``TrainerSeamError`` (one line) unless the installed TRL fits the trainer's seam. It fits when its version
+    is in ``SUPPORTED_TRL`` (or ``DR_ALLOW_TRL=1``) and each method of ``SEAMS`` still exists on ``trl.GRPOTrainer``
+    with the recorded parameter names; ``added``: the names the trainer adds to GRPOTrainer, which TRL must not have (a
+    TRL method of that name would be shadowed)."""
     import trl
     from trl import GRPOTrainer
 

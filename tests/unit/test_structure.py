@@ -9,6 +9,7 @@ a fresh interpreter actually loads.
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -79,6 +80,42 @@ def test_the_length_rule_can_fail(tmp_path):
     planted.write_text(f"@decorator\ndef f():\n{body}\n\ndef g():\n    return 1\n")
     lines, long = _lengths(planted)
     assert long == [("f:2", MAX_FUNCTION_LINES + 2)] and lines == MAX_FUNCTION_LINES + 6
+
+
+#: A docstring opens with its purpose in one sentence of at most this many characters (about a line); the shapes,
+#: units and the why follow it.
+MAX_PURPOSE_CHARS = 150
+
+
+def _long_purposes(path: Path) -> list[str]:
+    """``name:line`` of each docstring in ``path`` whose first sentence is over ``MAX_PURPOSE_CHARS``."""
+    long = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and ast.get_docstring(node):
+            flat = " ".join(ast.get_docstring(node).split())
+            first = re.match(r"(.+?[.:;])(\s|$)", flat)
+            if len(first.group(1) if first else flat) > MAX_PURPOSE_CHARS:
+                long.append(f"{node.name}:{node.lineno}")
+    return long
+
+
+def test_each_docstring_opens_with_its_purpose_in_a_sentence():
+    long = {
+        str(p.relative_to(ROOT)): found
+        for pkg in PACKAGES
+        for p in sorted((ROOT / pkg).rglob("*.py"))
+        if (found := _long_purposes(p))
+    }
+    assert not long, (
+        f"say what it is for in one sentence of at most {MAX_PURPOSE_CHARS} characters, then the rest: {long}"
+    )
+
+
+def test_the_purpose_rule_can_fail(tmp_path):
+    planted = tmp_path / "doc.py"
+    words = " ".join(["word"] * 40)
+    planted.write_text(f'def f():\n    """{words}. Short."""\n\n\ndef g():\n    """Short. {words}."""\n')
+    assert _long_purposes(planted) == ["f:1"]
 
 
 def _module(path: Path) -> str:

@@ -77,8 +77,8 @@ def evaluate_pairwise(
     threshold: float = TIE_THRESHOLD,
     log: Log = quiet,
 ) -> tuple[dict, list[dict]]:
-    """Answer ``rows`` with ``policy`` (and ``baseline`` when given, else use each row's ``baseline`` answer), judge
-    every pair in both orders, return (metrics, one record per prompt)."""
+    """Answer ``rows`` with ``policy``, judge every pair in both orders, return (metrics, one record per prompt).
+    The other answer of a pair is ``baseline``'s when given, else the row's own ``baseline`` answer."""
     texts = [r.prompt for r in rows]
     pol = answer_prompts(policy, texts, max_tokens=max_tokens, seed=seed)
     base = (
