@@ -45,6 +45,7 @@ matrix.
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import signal
 import time
@@ -54,8 +55,8 @@ from pathlib import Path
 ENV = "DR_FAULT"
 ACTIONS = ("kill", "enospc", "pause")
 
+#: hits of each fault point in this process (a rule's #N counts them)
 _hits: Counter = Counter()
-_parsed: tuple[str, list[tuple[str, str, int | None, bool]]] | None = None
 
 
 def parse(spec: str) -> list[tuple[str, str, int | None, bool]]:
@@ -77,11 +78,9 @@ def parse(spec: str) -> list[tuple[str, str, int | None, bool]]:
     return rules
 
 
-def _rules(spec: str) -> list[tuple[str, str, int | None, bool]]:
-    global _parsed
-    if _parsed is None or _parsed[0] != spec:
-        _parsed = (spec, parse(spec))
-    return _parsed[1]
+@functools.lru_cache(maxsize=4)
+def _rules(spec: str) -> tuple[tuple[str, str, int | None, bool], ...]:
+    return tuple(parse(spec))
 
 
 def fault_point(point: str, *qualifiers: str, file=None, store_path: str | None = None) -> None:
