@@ -21,7 +21,15 @@ from prefect import flow, get_run_logger
 from pydantic import Field, field_validator
 
 from dr_core.config import CoevolveConfig, coevolve_preset, numerics
-from dr_core.runs.refs import CheckpointRef, CoevolveResult, RoundInputs, StepContext, UpdateRef
+from dr_core.runs.refs import (
+    CheckpointRef,
+    CoevolveResult,
+    CoevolveRound,
+    RoundInputs,
+    StepContext,
+    UpdateRef,
+    UpdateSummary,
+)
 from dr_core.scoring import signals
 from flows import runners
 from flows.steps import RunParams, Steps, measure, sample_step, with_models
@@ -51,27 +59,19 @@ class CoevolveParams(RunParams):
         return ref
 
 
-def _num(v):
-    return None if v is None else round(float(v), 4)
-
-
-#: What an update's summary carries about its training signal (tasks/train.py, dr_core.scoring.signals).
-SIGNAL_KEYS = ("zero_std_by_step", "no_gradient_steps")
-
-
-def round_warnings(rounds: list[dict]) -> list[str]:
+def round_warnings(rounds: list[CoevolveRound]) -> list[str]:
     """The degenerate-signal warnings of the run's round summaries, in words (``dr_core.scoring.signals``)."""
     updates = [
-        {"role": role, "round": r["round"], "steps": r[f"{role}_update"].get("zero_std_by_step")}
+        {"role": role, "round": r.round, "steps": u.zero_std_by_step}
         for r in rounds
-        for role in ("generator", "policy")
-        if r.get(f"{role}_update")
+        for role, u in (("generator", r.generator_update), ("policy", r.policy_update))
+        if u is not None
     ]
     return signals.signal_warnings(
         updates,
-        yes_rates={r["round"]: r["measure"].get("verifier_yes_rate") for r in rounds},
-        constant_score_shares={r["round"]: r["measure"].get("constant_score_sets_share") for r in rounds},
-        judge_position_rates={r["round"]: (r.get("policy_eval") or {}).get("judge_position_a_rate") for r in rounds},
+        yes_rates={r.round: r.measure.verifier_yes_rate for r in rounds},
+        constant_score_shares={r.round: r.measure.constant_score_sets_share for r in rounds},
+        judge_position_rates={r.round: (r.policy_eval or {}).get("judge_position_a_rate") for r in rounds},
     )
 
 
@@ -92,7 +92,7 @@ def coevolve_flow(params: CoevolveParams) -> CoevolveResult:
         rounds = []
         if measure_start:
             m0 = measure(steps, with_models(cfg.round, steps.store, gen.uri, pol.uri), inputs, prefix="r0/")
-            rounds.append({"round": 0, "generator": gen.uri, "policy": pol.uri, "measure": m0.summary})
+            rounds.append(CoevolveRound(round=0, generator=gen.uri, policy=pol.uri, measure=m0.summary))
             steps.log.flush()
         for t in range(params.start_round, params.start_round + cfg.rounds):
             steps.log.round = t
@@ -110,7 +110,7 @@ def coevolve_flow(params: CoevolveParams) -> CoevolveResult:
         generator=gen.model_dump(),
         policy=pol.model_dump(),
         warnings=found,
-        signal_checks=signals.signal_checks(rounds),
+        signal_checks=signals.signal_checks([r.model_dump() for r in rounds]),
     )
 
 
@@ -120,7 +120,7 @@ def _start(ref: dict | None) -> CheckpointRef | None:
 
 def coevolve_round(
     steps: Steps, cfg: CoevolveConfig, inputs: RoundInputs, gen: CheckpointRef, pol: CheckpointRef
-) -> tuple[UpdateRef, UpdateRef, dict]:
+) -> tuple[UpdateRef, UpdateRef, CoevolveRound]:
     """Round t = ``steps.ctx.round_no`` of Algorithm 1: sample C from P(t-1), update G, update P with the new G,
     measure P(t) with G(t), evaluate P(t) against P(0). Returns G(t), P(t) and the round's summary."""
     t, st = steps.ctx.round_no, steps.store
@@ -144,15 +144,15 @@ def coevolve_round(
     m = measure(steps, with_models(cfg.round, st, new_gen.uri, new_pol.uri), inputs, prefix=f"r{t}/")
     pe = _evaluate_policy(steps, cfg, new_pol)
     steps.run(round_tasks.record_run, f"r{t}/record-run", steps.ctx, cfg.round, "coevolve-round-complete")
-    summary = {
-        "round": t,
-        "generator": new_gen.uri,
-        "policy": new_pol.uri,
-        "measure": m.summary,
-        "policy_eval": pe.metrics if pe else None,
-        "generator_update": _update_summary(new_gen, "unparseable"),
-        "policy_update": _update_summary(new_pol, "unscorable"),
-    }
+    summary = CoevolveRound(
+        round=t,
+        generator=new_gen.uri,
+        policy=new_pol.uri,
+        measure=m.summary,
+        policy_eval=pe.metrics if pe else None,
+        generator_update=UpdateSummary.of(new_gen),
+        policy_update=UpdateSummary.of(new_pol),
+    )
     return new_gen, new_pol, summary
 
 
@@ -164,19 +164,6 @@ def _evaluate_policy(steps: Steps, cfg: CoevolveConfig, pol: UpdateRef):
     pe = steps.run(policy_eval_task.evaluate_policy, f"r{t}/evaluate-policy", steps.ctx, cfg, pol.checkpoint)
     # served from another run's cache: copy its eval rows into this run's partition
     return steps.run(round_tasks.adopt, f"r{t}/adopt-policy-eval", steps.ctx, {"eval": pe})["eval"]
-
-
-def _update_summary(ref: UpdateRef, counted: str) -> dict:
-    """What the round summary shows of an update."""
-    return {k: _num(getattr(ref, k)) for k in ("reward_first", "reward_last")} | {
-        "steps": ref.steps,
-        "seconds": ref.seconds,
-        "step_seconds": ref.step_seconds,
-        counted: getattr(ref, counted),
-        "rollouts": ref.rollouts,
-        "rollout_stats": ref.rollout_stats,
-        **{k: getattr(ref, k) for k in SIGNAL_KEYS},
-    }
 
 
 if __name__ == "__main__":

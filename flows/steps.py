@@ -21,6 +21,7 @@ from dr_core.resources import PeakRSS
 from dr_core.runs.refs import (
     ArtifactRef,
     RoundInputs,
+    RoundSummary,
     RubricInputs,
     SampleInputs,
     StepContext,
@@ -51,13 +52,14 @@ RUNNING = round_tasks.RUNNING
 
 
 def run_step(task, log: StepLog, name: str, *args, check=None, **kwargs):
-    """Run a task, note whether it ran or came from the cache, when it started, how long it took and the peak
-    resident memory of this process meanwhile (``peak_rss_mb``, sampled every 0.2 s: dr_core.resources), tell the
-    progress sink (``progress.step_finished``: the CLI's step line), return its result (a failed step is noted as
-    Failed, then its error is raised). The ``StepLog`` writes the step's row when it starts (Running) and again when
-    it ends, so a killed process leaves every finished step, and the one it died in, in the store. ``check``
-    (result -> problems): a step served from the cache whose result fails it is warned about and run again, its
-    cache record replaced (``Steps.run``: the parts and checkpoints it points at must still be in the store)."""
+    """Run a task and note it in the step log; return its result (a failed step is noted as Failed, then raised).
+
+    Noted: whether it ran or came from the cache, when it started, how long it took and the peak resident memory of this
+    process meanwhile (``peak_rss_mb``, sampled every 0.2 s: dr_core.resources); the progress sink is told
+    (``progress.step_finished``: the CLI's step line). The ``StepLog`` writes the step's row when it starts (Running)
+    and again when it ends, so a killed process leaves every finished step, and the one it died in, in the store.
+    ``check`` (result -> problems): a step served from the cache whose result fails it is warned about and run again,
+    its cache record replaced (``Steps.run``: the parts and checkpoints it points at must still be in the store)."""
     started = log.started(name)
     start = time.perf_counter()
     with PeakRSS() as rss:
@@ -74,17 +76,18 @@ def run_step(task, log: StepLog, name: str, *args, check=None, **kwargs):
 
 
 class StepLog:
-    """A flow's step log (step name -> {"state", "seconds", "started_at", "peak_rss_mb"}: ``entries``), written to
-    the store's ``steps`` table as it goes: ``started`` and ``finished`` rewrite the current round's file (one per
-    flow run and round), so a process killed at any moment leaves a row for every step it finished and a Running row
-    for the one it died in; each also tells the progress sink when a step ends (the CLI's step line). The first write
-    of an execution marks the Running rows that earlier executions of the run left as Interrupted (one execution of a
-    run at a time holds its lease: dr_core/store/lease.py, so a Running row of another execution is a dead one) and
-    says so in the flow's log. ``flush()`` writes the current round again as a Prefect task (``record-steps``,
-    retried on a transient store error; a failed write from ``started``/``finished`` only warns); leaving a ``with``
-    block flushes, also when a step failed. So the store answers which steps ran, which came from the cache, which
-    failed or were interrupted, how long each took and its peak memory (sql/step_times.sql), for every execution of
-    a run. ``round``: the round whose file the next writes go to (a co-evolution moves it on)."""
+    """A flow's step log, written to the store's ``steps`` table as it goes.
+
+    ``entries()``: step name -> {"state", "seconds", "started_at", "peak_rss_mb"}. ``started`` and ``finished``
+    rewrite the current round's file (one per flow run and round), so a process killed at any moment leaves a row for
+    every step it finished and a Running row for the one it died in; ``finished`` also tells the progress sink.
+    ``round``: the round whose file the next writes go to (a co-evolution moves it on).
+
+    The first write of an execution marks the Running rows that earlier executions of the run left as Interrupted,
+    and says so in the flow's log: one execution of a run at a time holds its lease (dr_core/store/lease.py), so a
+    Running row of another execution is a dead one. ``flush()`` writes the current round again as a Prefect task
+    (``record-steps``, retried on a transient store error; a failed write from ``started``/``finished`` only warns);
+    leaving a ``with`` block flushes, also when a step failed. sql/step_times.sql reads the table."""
 
     def __init__(self, ctx: StepContext):
         self.ctx = ctx
@@ -235,7 +238,7 @@ class Measured(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    summary: dict
+    summary: RoundSummary
     artifacts: dict[str, ArtifactRef]
 
 

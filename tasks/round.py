@@ -30,6 +30,7 @@ from dr_core.runs.refs import (
     ArtifactRef,
     EvalRef,
     RoundInputs,
+    RoundSummary,
     RubricInputs,
     SampleInputs,
     Scored,
@@ -189,7 +190,7 @@ def evaluate_evaluator(ctx: StepContext, cfg: RoundConfig, generator_model: str,
 
 
 @task(name="summarise", **STEP)
-def summarise(ctx: StepContext, artifacts: dict[str, ArtifactRef]) -> dict:
+def summarise(ctx: StepContext, artifacts: dict[str, ArtifactRef]) -> RoundSummary:
     """The round's summary numbers from its artifacts (no model work; ``artifacts["eval"]``, if there, gives the
     evaluator's accuracy)."""
     s = Store.from_url(ctx.store)

@@ -12,7 +12,8 @@ references), never frames.
 - ``CheckpointRef``: a model checkpoint, ``{uri, fingerprint}``: the cache key sees its identity, never its URI.
   ``UpdateRef`` adds what a GRPO update measured (steps, rewards, timings, degenerate-signal counts).
 - ``RoundInputs`` (prompts and anchors of a round) and ``Scored`` (Eq. 12 scores and the generator's rewards).
-- ``RoundResult`` and ``CoevolveResult``: what the flows return.
+- ``RoundSummary`` (a measurement's figures), ``UpdateSummary`` and ``CoevolveRound`` (one co-evolution round), and
+  ``RoundResult`` and ``CoevolveResult``: what the flows return.
 - ``write_ref``: write a step's rows and return their ``ArtifactRef``.
 
 All are frozen pydantic models: Prefect persists them as task and flow results, and ``model_dump()`` gives the plain
@@ -155,6 +156,74 @@ class UpdateRef(CheckpointRef):
         return CheckpointRef(uri=self.uri, fingerprint=self.fingerprint)
 
 
+class RoundSummary(_Ref):
+    """A measurement's summary figures (``dr_core.runs.round_steps.summarise``; what ``dr round`` prints). Counts of
+    prompts, sets C, responses, rubric rollouts (failed: no usable item), items, verdicts (unscorable, scored),
+    scores without a value; ``verifier_yes_rate`` and ``constant_score_sets_share`` are the signal checks
+    (``dr_core.scoring.signals``); R_disc (Eq. 13), R_anchor (Eq. 15) and the anchor gap (Eq. 2) as avg@k; the
+    evaluator's held-out accuracy over ``eval_n`` pairs. None: nothing to compute it from (never a silent 0)."""
+
+    prompts: int
+    sets: int
+    responses: int
+    rubric_rollouts: int
+    rubric_failures: int
+    rubric_items: int
+    verdicts: int
+    unscorable_verdicts: int
+    verdicts_scored: int
+    verifier_yes_rate: float | None
+    constant_score_sets_share: float | None
+    unscorable_scores: int
+    r_disc: float | None
+    r_anchor: float | None
+    anchor_gap: float | None
+    eval_accuracy: float | None
+    eval_n: int | None
+
+
+class UpdateSummary(_Ref):
+    """What a round's summary shows of a GRPO update (``UpdateRef`` less its history): mean reward of the first and
+    last step (4 decimals), steps, seconds (all, per step), the rollouts without a usable reward (``unparseable``
+    for the generator, ``unscorable`` for the policy, None for the other role), the rollouts and their statistics,
+    and the zero-spread groups per step with the steps that had no gradient."""
+
+    reward_first: float | None
+    reward_last: float | None
+    steps: int
+    seconds: float
+    step_seconds: float | None
+    unparseable: int | None
+    unscorable: int | None
+    rollouts: int
+    rollout_stats: dict | None
+    zero_std_by_step: list[dict]
+    no_gradient_steps: int
+
+    @classmethod
+    def of(cls, ref: UpdateRef) -> UpdateSummary:
+        """The summary of the update that wrote ``ref``."""
+        rounded = {k: None if getattr(ref, k) is None else round(float(getattr(ref, k)), 4) for k in _REWARDS}
+        return cls(**rounded, **{k: getattr(ref, k) for k in cls.model_fields if k not in _REWARDS})
+
+
+_REWARDS = ("reward_first", "reward_last")
+
+
+class CoevolveRound(_Ref):
+    """One round of a co-evolution run: round t, the G(t) and P(t) checkpoints (URIs), P(t) measured with G(t),
+    P(t) against P(0) on held-out prompts (its metrics by name; None: not configured) and the two updates. Round 0,
+    the start measured, has no evaluation and no updates."""
+
+    round: int
+    generator: str
+    policy: str
+    measure: RoundSummary
+    policy_eval: dict[str, Any] | None = None
+    generator_update: UpdateSummary | None = None
+    policy_update: UpdateSummary | None = None
+
+
 class RoundResult(_Ref):
     """What a round flow returns (flows/round.py; ``dr round --json`` writes its ``model_dump``): the run and round,
     the numerics line, the round's summary figures, each step's state, seconds and peak memory by step name, and the
@@ -163,7 +232,7 @@ class RoundResult(_Ref):
     run_id: str
     round: int
     numerics: str
-    summary: dict[str, Any]
+    summary: RoundSummary
     steps: dict[str, dict[str, Any]]
     artifacts: dict[str, str]
 
@@ -175,7 +244,7 @@ class CoevolveResult(_Ref):
 
     run_id: str
     numerics: str
-    rounds: list[dict[str, Any]]
+    rounds: list[CoevolveRound]
     steps: dict[str, dict[str, Any]]
     generator: dict[str, Any]
     policy: dict[str, Any]

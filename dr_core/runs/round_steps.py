@@ -35,6 +35,7 @@ from dr_core.evaluator.score import evaluate_sets
 from dr_core.evaluator.verify import verify
 from dr_core.paths import bundled
 from dr_core.rubric import prompts
+from dr_core.runs.refs import RoundSummary
 from dr_core.scoring import signals
 from dr_core.scoring.equations import (
     anchor_reward,
@@ -315,35 +316,33 @@ def summarise(
     score_rows: Rows,
     reward_rows: Rows,
     eval_metrics: dict | None,
-) -> dict:
-    """The round's summary numbers (what ``dr round`` prints and the runs table keeps). The signal checks
-    (``dr_core.scoring.signals``): ``verifier_yes_rate``, the share of yes among the ``verdicts_scored`` known verdicts
-    (C and
-    anchors; as sql/stage_costs' yes_rate), and ``constant_score_sets_share``, the share of scored sets whose Eq. 12
-    scores on C are all equal (as sql/set_gap's zero_spread_share)."""
+) -> RoundSummary:
+    """The round's summary figures from its rows. ``verifier_yes_rate`` is the share of yes among the known verdicts
+    on C and the anchors (as sql/stage_costs' yes_rate); ``constant_score_sets_share`` the share of scored sets whose
+    Eq. 12 scores on C are all equal (as sql/set_gap's zero_spread_share)."""
     r_disc = [r["r_disc"] for r in reward_rows if r["r_disc"] is not None]
     r_anchor = [r["r_anchor"] for r in reward_rows if r["r_anchor"] is not None]
     gaps = anchor_gaps(score_rows)
     yes, scored = signals.yes_rate(v["verdict"] for v in verdict_rows)
-    return {
-        "prompts": len(prompt_rows),
-        "sets": len({r["set_id"] for r in sample_rows}),
-        "responses": len(sample_rows),
-        "rubric_rollouts": len(reward_rows),
-        "rubric_failures": sum(1 for r in rubric_rows if r["item"] is None),
-        "rubric_items": sum(1 for r in rubric_rows if r["item"] is not None),
-        "verdicts": len(verdict_rows),
-        "unscorable_verdicts": sum(1 for v in verdict_rows if v["verdict"] is None),
-        "verdicts_scored": scored,
-        "verifier_yes_rate": yes,
-        "constant_score_sets_share": signals.constant_score_share(score_rows),
-        "unscorable_scores": sum(1 for s in score_rows if s["score"] is None),
-        "r_disc": avg_at_k(r_disc) if r_disc else None,
-        "r_anchor": avg_at_k(r_anchor) if r_anchor else None,
-        "anchor_gap": avg_at_k(gaps) if gaps else None,
-        "eval_accuracy": eval_metrics["accuracy"] if eval_metrics else None,
-        "eval_n": eval_metrics["n"] if eval_metrics else None,
-    }
+    return RoundSummary(
+        prompts=len(prompt_rows),
+        sets=len({r["set_id"] for r in sample_rows}),
+        responses=len(sample_rows),
+        rubric_rollouts=len(reward_rows),
+        rubric_failures=sum(1 for r in rubric_rows if r["item"] is None),
+        rubric_items=sum(1 for r in rubric_rows if r["item"] is not None),
+        verdicts=len(verdict_rows),
+        unscorable_verdicts=sum(1 for v in verdict_rows if v["verdict"] is None),
+        verdicts_scored=scored,
+        verifier_yes_rate=yes,
+        constant_score_sets_share=signals.constant_score_share(score_rows),
+        unscorable_scores=sum(1 for s in score_rows if s["score"] is None),
+        r_disc=avg_at_k(r_disc) if r_disc else None,
+        r_anchor=avg_at_k(r_anchor) if r_anchor else None,
+        anchor_gap=avg_at_k(gaps) if gaps else None,
+        eval_accuracy=eval_metrics["accuracy"] if eval_metrics else None,
+        eval_n=eval_metrics["n"] if eval_metrics else None,
+    )
 
 
 def rows_of(table: pa.Table, drop: Sequence[str] = ("run_id", "round")) -> Rows:

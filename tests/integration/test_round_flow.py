@@ -25,7 +25,7 @@ def _count(store_url, table, run_id):
 def test_round_fills_tables_and_rerun_is_served_from_cache(prefect_harness, micro_round, tmp_path):
     store = str(tmp_path / "store")
     first = _run(micro_round, store, "r1")
-    s = first.summary
+    s = first.summary.model_dump()
     assert (s["prompts"], s["sets"], s["responses"]) == (2, 2, 4)
     assert all(first.steps[name]["state"] == "Completed" for name in MODEL_STEPS)
     assert _count(store, "samples", "r1") == 4
@@ -36,7 +36,7 @@ def test_round_fills_tables_and_rerun_is_served_from_cache(prefect_harness, micr
 
     again = _run(micro_round, store, "r1")
     assert all(again.steps[name]["state"] == "Cached" for name in MODEL_STEPS + ["select-inputs", "score"])
-    assert again.summary == s
+    assert again.summary.model_dump() == s
     assert _count(store, "samples", "r1") == 4  # replaced, never duplicated
 
     other = _run(micro_round, store, "r2")  # same inputs, another run id: no model work, its own partition

@@ -20,7 +20,7 @@ def test_round_on_s3_store_and_cached_rerun(prefect_harness, micro_round, s3_ser
     store = f"s3://dr-test/round-{uuid.uuid4().hex[:10]}"  # the bucket the s3_server fixture made
     params = RoundParams(config=cfg, store=store, run_id="s3run", round_no=1, run_eval=False)
     first = round_flow(params)
-    assert first.summary["responses"] == 2
+    assert first.summary.responses == 2
     st = Store.from_url(store)
     assert st.read_table("samples", run_id="s3run", round=1).num_rows == 2
     assert st.fs.exists(f"{st.root}/_prefect/results")  # cache records are in the bucket

@@ -44,8 +44,8 @@ def test_round_steps_shapes_and_scores():
     assert r["r_disc"] == pytest.approx(3 * 0.25 / 4)  # the detail item splits 2/2, the other is unanimous
     assert r["adv_disc"] == pytest.approx(0.0)  # two identical rollouts: zero advantage
     summary = round_steps.summarise(prompts, samples, rubrics, verdicts, scores, rewards, None)
-    assert summary["verdicts"] == len(verdicts) and summary["unscorable_verdicts"] == 0
-    assert summary["rubric_rollouts"] == 4
+    assert summary.verdicts == len(verdicts) and summary.unscorable_verdicts == 0
+    assert summary.rubric_rollouts == 4
 
 
 def test_unusable_rubric_and_missing_verdicts_are_unscorable():

@@ -228,10 +228,10 @@ def test_summary_carries_yes_rate_and_constant_score_share():
         for i, v in enumerate(vs)
     ]
     s = pipeline.summarise([], [], [], verdicts, scores, [], None)
-    assert (s["verdicts"], s["verdicts_scored"], s["unscorable_verdicts"]) == (5, 4, 1)
-    assert s["verifier_yes_rate"] == pytest.approx(0.75) and s["constant_score_sets_share"] == pytest.approx(0.5)
+    assert (s.verdicts, s.verdicts_scored, s.unscorable_verdicts) == (5, 4, 1)
+    assert s.verifier_yes_rate == pytest.approx(0.75) and s.constant_score_sets_share == pytest.approx(0.5)
     empty = pipeline.summarise([], [], [], [], [], [], None)
-    assert (empty["verifier_yes_rate"], empty["verdicts_scored"], empty["constant_score_sets_share"]) == (None, 0, None)
+    assert (empty.verifier_yes_rate, empty.verdicts_scored, empty.constant_score_sets_share) == (None, 0, None)
 
 
 # -- training records: the policy update's rewards rows ---------------------------------------------------------------
@@ -282,45 +282,54 @@ def test_policy_tables_write_rewards_rows_with_step_and_eq_21_advantages():
 
 # -- the coevolve summary: flow helper and CLI ------------------------------------------------------------------------
 def _coevolve_result(policy_steps, yes):
+    from dr_core.runs.refs import CoevolveRound, RoundSummary, UpdateSummary
     from flows.coevolve import round_warnings
 
-    measure = {
-        "r_disc": 0.0,
-        "r_anchor": -1.0,
-        "anchor_gap": 0.0,
-        "eval_accuracy": 0.0,
-        "eval_n": 2,
-        "unscorable_verdicts": 0,
-        "verdicts": 10,
-        "verdicts_scored": 10,
-        "verifier_yes_rate": yes,
-        "constant_score_sets_share": 0.25,
-    }
-    upd = {
-        "reward_first": 0.1,
-        "reward_last": 0.2,
-        "steps": 2,
-        "seconds": 1.0,
-        "rollouts": 4,
-        "unparseable": 0,
-        "unscorable": 0,
-        "no_gradient_steps": no_gradient_steps(policy_steps),
-    }
+    counts = dict(prompts=2, sets=2, responses=4, rubric_rollouts=4, rubric_failures=0, rubric_items=8)
+    measure = RoundSummary(
+        **counts,
+        verdicts=10,
+        unscorable_verdicts=0,
+        verdicts_scored=10,
+        verifier_yes_rate=yes,
+        constant_score_sets_share=0.25,
+        unscorable_scores=0,
+        r_disc=0.0,
+        r_anchor=-1.0,
+        anchor_gap=0.0,
+        eval_accuracy=0.0,
+        eval_n=2,
+    )
+
+    def update(steps, unparseable, unscorable):
+        return UpdateSummary(
+            reward_first=0.1,
+            reward_last=0.2,
+            steps=2,
+            seconds=1.0,
+            step_seconds=0.5,
+            unparseable=unparseable,
+            unscorable=unscorable,
+            rollouts=4,
+            rollout_stats=None,
+            zero_std_by_step=steps,
+            no_gradient_steps=no_gradient_steps(steps),
+        )
+
     rounds = [
-        {"round": 0, "generator": "g0", "policy": "p0", "measure": measure},
-        {
-            "round": 1,
-            "generator": "g1",
-            "policy": "p1",
-            "measure": measure,
-            "policy_eval": None,
-            "generator_update": dict(upd, zero_std_by_step=[_step(0, 2, 0), _step(1, 2, 1)]),
-            "policy_update": dict(upd, zero_std_by_step=policy_steps),
-        },
+        CoevolveRound(round=0, generator="g0", policy="p0", measure=measure),
+        CoevolveRound(
+            round=1,
+            generator="g1",
+            policy="p1",
+            measure=measure,
+            generator_update=update([_step(0, 2, 0), _step(1, 2, 1)], 0, None),
+            policy_update=update(policy_steps, None, 0),
+        ),
     ]
     return {
         "run_id": "r",
-        "rounds": rounds,
+        "rounds": [r.model_dump() for r in rounds],
         "steps": {"r1/train-policy": {"state": "Completed", "seconds": 3.0}},
         "warnings": round_warnings(rounds),
     }

@@ -136,10 +136,10 @@ def test_score_writes_eq12_scores_and_one_reward_row_per_rollout(measured, store
 
 def test_summarise_counts_the_stored_rows(measured, store):
     summary = round_tasks.summarise.fn(ctx(store), measured)
-    assert (summary["prompts"], summary["sets"], summary["responses"], summary["rubric_rollouts"]) == (2, 2, 4, 4)
-    assert summary["rubric_items"] == 8 and summary["rubric_failures"] == 0
-    assert summary["verdicts"] == measured["verdicts"].rows == 40 and summary["unscorable_verdicts"] == 0
-    assert summary["eval_accuracy"] is None and summary["r_disc"] == pytest.approx(3 * 0.25 / 4)
+    assert (summary.prompts, summary.sets, summary.responses, summary.rubric_rollouts) == (2, 2, 4, 4)
+    assert summary.rubric_items == 8 and summary.rubric_failures == 0
+    assert summary.verdicts == measured["verdicts"].rows == 40 and summary.unscorable_verdicts == 0
+    assert summary.eval_accuracy is None and summary.r_disc == pytest.approx(3 * 0.25 / 4)
 
 
 def test_adopt_copies_another_runs_artifacts_into_this_run(measured, store):

@@ -10,6 +10,7 @@ import datetime as dt
 
 import pytest
 
+from dr_core.runs import round_steps
 from dr_core.store import rows as typed
 from dr_core.store.artifacts import Store
 from dr_core.store.rows import (
@@ -127,12 +128,47 @@ def test_a_flow_result_with_a_misspelt_or_missing_field_is_refused_when_made():
 
     from dr_core.runs.refs import RoundResult
 
-    good = dict(run_id="r", round=1, numerics="bf16", summary={"responses": 2}, steps={}, artifacts={"samples": "u"})
+    summary = round_steps.summarise([], [], [], [], [], [], None).model_dump()
+    good = dict(run_id="r", round=1, numerics="bf16", summary=summary, steps={}, artifacts={"samples": "u"})
     assert RoundResult(**good).model_dump() == good  # what dr round --json writes: the same keys as before
     with pytest.raises(ValidationError, match="sumary"):
         RoundResult(**{**good, "sumary": {}})
     with pytest.raises(ValidationError, match="artifacts"):
         RoundResult(**{k: v for k, v in good.items() if k != "artifacts"})
+    with pytest.raises(ValidationError, match="r_disk"):  # a misspelt figure in the summary
+        RoundResult(**{**good, "summary": {**summary, "r_disk": 0.1}})
+    with pytest.raises(ValidationError, match="verdicts_scored"):  # a figure left out
+        RoundResult(**{**good, "summary": {k: v for k, v in summary.items() if k != "verdicts_scored"}})
+
+
+def test_a_summary_counts_its_rows_and_leaves_what_it_cannot_compute_none():
+    s = round_steps.summarise([], [], [], [], [], [], None)
+    assert (s.prompts, s.verdicts, s.verdicts_scored, s.unscorable_scores) == (0, 0, 0, 0)
+    assert (s.verifier_yes_rate, s.r_disc, s.r_anchor, s.anchor_gap, s.eval_accuracy, s.eval_n) == (None,) * 6
+
+
+def test_an_update_summary_rounds_the_rewards_and_keeps_the_signal_counts():
+    from dr_core.runs.refs import UpdateRef, UpdateSummary
+
+    steps = [{"step": 0, "groups": 2, "zero_std_groups": 2, "zero_std_share": 1.0}]
+    ref = UpdateRef(
+        uri="/s/models/p",
+        fingerprint="p@1",
+        steps=1,
+        seconds=2.5,
+        group_size=4,
+        reward_first=0.123456,
+        reward_last=None,
+        rollouts=8,
+        history=[{"step": 0}],
+        zero_std_by_step=steps,
+        no_gradient_steps=1,
+        unscorable=3,
+    )
+    u = UpdateSummary.of(ref)
+    assert (u.reward_first, u.reward_last, u.steps, u.seconds, u.rollouts) == (0.1235, None, 1, 2.5, 8)
+    assert (u.unscorable, u.unparseable, u.zero_std_by_step, u.no_gradient_steps) == (3, None, steps, 1)
+    assert "history" not in u.model_dump()  # the per-step history stays on the reference
 
 
 def test_an_update_metric_the_reference_does_not_declare_is_refused():
