@@ -118,6 +118,33 @@ def test_the_purpose_rule_can_fail(tmp_path):
     assert _long_purposes(planted) == ["f:1"]
 
 
+#: A Prefect task takes at most this many positional parameters; more travel as one frozen inputs model.
+MAX_TASK_POSITIONAL = 6
+
+
+def _wide_tasks(path: Path) -> list[str]:
+    """``name:count`` of each ``@task`` function in ``path`` with more than ``MAX_TASK_POSITIONAL`` positional
+    parameters."""
+    wide = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            is_task = any(ast.unparse(d).split("(")[0] in ("task", "prefect.task") for d in node.decorator_list)
+            count = len(node.args.posonlyargs) + len(node.args.args)
+            if is_task and count > MAX_TASK_POSITIONAL:
+                wide.append(f"{node.name}:{count}")
+    return wide
+
+
+def test_no_task_takes_more_than_six_positional_parameters(tmp_path):
+    wide = {str(p.relative_to(ROOT)): w for p in sorted((ROOT / "tasks").rglob("*.py")) if (w := _wide_tasks(p))}
+    assert not wide, f"pass these as one frozen inputs model (dr_core/runs/refs.py): {wide}"
+    planted = tmp_path / "wide.py"
+    planted.write_text(
+        "@task(name='w')\ndef w(a, b, c, d, e, f, g):\n    pass\n\n\ndef plain(a, b, c, d, e, f, g):\n    pass\n"
+    )
+    assert _wide_tasks(planted) == ["w:7"]
+
+
 def _module(path: Path) -> str:
     return ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
 
