@@ -31,7 +31,7 @@ from dr_core.runs.refs import (
     UpdateSummary,
 )
 from dr_core.scoring import signals
-from flows import runners
+from flows import artifacts, runners
 from flows.steps import RunParams, Steps, measure, sample_step, with_models
 from tasks import policy_eval as policy_eval_task
 from tasks import round as round_tasks
@@ -94,11 +94,13 @@ def coevolve_flow(params: CoevolveParams) -> CoevolveResult:
             m0 = measure(steps, with_models(cfg.round, steps.store, gen.uri, pol.uri), inputs, prefix="r0/")
             rounds.append(CoevolveRound(round=0, generator=gen.uri, policy=pol.uri, measure=m0.summary))
             steps.log.flush()
+            publish_rounds(params.run_id, rounds)
         for t in range(params.start_round, params.start_round + cfg.rounds):
             steps.log.round = t
             gen, pol, summary = coevolve_round(steps.at(round_no=t), cfg, inputs, gen, pol)
             steps.log.flush()
             rounds.append(summary)
+            publish_rounds(params.run_id, rounds)
     found = round_warnings(rounds)
     for w in found:  # also in the flow run's log: a scheduled run (anchor refresh) has no CLI to print them
         get_run_logger().warning(w)
@@ -112,6 +114,12 @@ def coevolve_flow(params: CoevolveParams) -> CoevolveResult:
         warnings=found,
         signal_checks=signals.signal_checks([r.model_dump() for r in rounds]),
     )
+
+
+def publish_rounds(run_id: str, rounds: list[CoevolveRound]) -> bool:
+    """The run so far as Prefect artifacts (flows/artifacts.py): its table, signal checks and warnings."""
+    dumped = [r.model_dump() for r in rounds]
+    return artifacts.publish_coevolve(run_id, dumped, signals.signal_checks(dumped), round_warnings(rounds))
 
 
 def _start(ref: dict | None) -> CheckpointRef | None:

@@ -15,7 +15,7 @@ from pydantic import Field
 
 from dr_core.config import RoundConfig, numerics, preset
 from dr_core.runs.refs import RoundResult, StepContext
-from flows import runners
+from flows import artifacts, runners
 from flows.steps import RunParams, Steps, measure
 from tasks import round as round_tasks
 
@@ -37,6 +37,7 @@ def round_flow(params: RoundParams) -> RoundResult:
     with steps.log:
         result = measure(steps, cfg, run_eval=params.run_eval)
         steps.run(round_tasks.record_run, "record-run", steps.ctx, cfg, "round-complete")
+    artifacts.publish_round(params.run_id, params.round_no, result.summary.model_dump())
     return RoundResult(
         run_id=params.run_id,
         round=params.round_no,

@@ -34,6 +34,11 @@ def test_round_fills_tables_and_rerun_is_served_from_cache(prefect_harness, micr
     assert _count(store, "rewards", "r1") == s["rubric_rollouts"] == 2
     assert _count(store, "eval", "r1") > 0
 
+    from tests.integration.test_prefect_artifacts import read_artifacts, table_rows
+
+    published = read_artifacts("dr-r1-summary")[0]  # the round's figures in the Prefect UI, newest version
+    assert {r["figure"]: r["round 1"] for r in table_rows(published)}["verdicts"] == str(s["verdicts"])
+
     again = _run(micro_round, store, "r1")
     assert all(again.steps[name]["state"] == "Cached" for name in MODEL_STEPS + ["select-inputs", "score"])
     assert again.summary.model_dump() == s

@@ -309,7 +309,7 @@ def test_judge_and_score_with_log_odds_records_d_and_the_bias(tmp_path):
 
 
 def test_the_coevolution_table_says_when_a_win_rate_is_all_identical_answers():
-    from cli.results import win_rate_cell
+    from dr_core.report.tables import win_rate_cell
 
     pe_metrics = {"win_rate": 0.5, "win_rate_ci95": [0.5, 0.5], "n": 4, "identical_answers": 4}
     assert win_rate_cell({"policy_eval": pe_metrics}) == (

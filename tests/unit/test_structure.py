@@ -252,9 +252,10 @@ def test_scoring_is_pure():
 
 
 def test_a_flow_uses_another_flow_only_as_a_subflow():
-    """Flows share code through flows.steps and flows.runners (task runners) only; from another flow's module a flow
-    may take the flow itself and its parameter model (a subflow), nothing else."""
-    shared = ("flows.steps", "flows.runners", "flows")
+    """Flows share code through flows.steps, flows.runners (task runners) and flows.artifacts (Prefect artifacts)
+    only; from another flow's module a flow may take the flow itself and its parameter model (a subflow), nothing
+    else."""
+    shared = ("flows.steps", "flows.runners", "flows.artifacts", "flows")
 
     def rule(mod, target, names):
         if not (_within(mod, "flows") and _within(target, "flows")) or target in shared or target == mod:
