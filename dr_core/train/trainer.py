@@ -200,9 +200,10 @@ class _Recording:
     _dr_beta_held = False
 
     def _reference_is_policy(self) -> bool:
-        """Whether the policy is still the reference model for the completions generated now. True while the
-        policy has the reference's weights (the first optimiser step of a fresh run) and every completion generated
-        now is trained on within this step (one generation per step)."""
+        """Whether this step's KL to the reference is exactly 0, so the reference's forward pass can be skipped.
+        True while the policy has the reference's weights (the first optimiser step of a fresh run, skipping
+        enabled, beta non-zero) and every completion generated now is trained on within this step (one generation
+        per step, one iteration)."""
         a = self.args
         return (
             self.dr_skip_ref_at_start
