@@ -43,3 +43,20 @@ def test_version_2_holds_out_prompts_version_1_never_showed():
     assert len(second) == PROTOCOL_V2.heldout and not first & {p.row.id for p in second}
     whole = testbed.heldout(PROTOCOL_V2.heldout_offset + PROTOCOL_V2.heldout)
     assert [p.row.id for p in second] == [p.row.id for p in whole[PROTOCOL_V2.heldout_offset :]]
+
+
+def test_the_gate_probe_takes_model_prompt_and_verdicts_and_refuses_anything_else():
+    import argparse
+
+    from infra.benchmarks.bench_ifeval_gate import candidate, parser
+
+    assert candidate("qwen2.5-coder-1.5b-instruct:plain:balanced") == (
+        "qwen2.5-coder-1.5b-instruct",
+        "plain",
+        "balanced",
+    )
+    for bad in ("qwen:plain", "qwen:plain:majority", "qwen:user:choice"):
+        with pytest.raises(argparse.ArgumentTypeError, match="want MODEL:PROMPT:MODE"):
+            candidate(bad)
+    args = parser().parse_args(["--verifier", "m:system:choice", "--verifier", "n:plain:calibrated", "--output", "x"])
+    assert args.verifier == [("m", "system", "choice"), ("n", "plain", "calibrated")]
