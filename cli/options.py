@@ -50,4 +50,8 @@ def command_roles(preset_name: str, engines):
         fail(str(exc))
 
 
+TRACK_HELP = (
+    "Experiment tracking: mlflow logs the run (each GRPO update's steps, each round's figures) to MLFLOW_TRACKING_URI, "
+    "or to <store>/mlflow/mlflow.db when it is unset; none logs nothing. A refused server is one warning."
+)
 WAIT_HELP = "If another process is writing this run (it holds the run's lease), wait until it ends instead of refusing."

@@ -18,6 +18,8 @@ envvar ``DR_VERBOSE``). By default it sets environment defaults (a value the use
 - transformers' warnings (e.g. "torch.distributed process group is initialized, but parallel_mode !=
   ParallelMode.DISTRIBUTED"): ``TRANSFORMERS_VERBOSITY=error``; TRL's experimental-feature notices:
   ``TRL_EXPERIMENTAL_SILENCE=1``;
+- MLflow's INFO lines (``--track mlflow``: "Creating initial MLflow database tables...", "Updating database
+  tables"): ``MLFLOW_LOGGING_LEVEL=WARNING`` (mlflow/utils/logging_utils.py), so its warnings and errors still show;
 - TRL's ``UserWarning: TRL currently supports vLLM versions from 0.22.0 to 0.31.0 ...`` (trl/import_utils.py,
   ``warnings.warn``) and torch's ``FutureWarning: `torch.distributed.reduce_op` is deprecated`` raised from
   vllm/triton_utils/dispatcher.py: ``warnings`` filters on their exact text (``WARNING_FILTERS``), also passed to
@@ -53,6 +55,7 @@ ENV_DEFAULTS = {
     "TRL_EXPERIMENTAL_SILENCE": "1",
     "HF_HUB_DISABLE_PROGRESS_BARS": "1",
     "HF_DATASETS_DISABLE_PROGRESS_BARS": "1",
+    "MLFLOW_LOGGING_LEVEL": "WARNING",
 }
 
 #: Prefect's per-run INFO lines the CLI replaces with its own step lines (cli/progress.py). Only these are dropped from

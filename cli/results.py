@@ -66,7 +66,17 @@ def print_coevolve(result: dict) -> None:
     slow = sorted(result["steps"].items(), key=lambda kv: -kv[1]["seconds"])[:6]
     console.print("slowest steps: " + ", ".join(f"{k} {v['seconds']:.0f}s ({v['state']})" for k, v in slow))
     _print_signal_checks(result.get("signal_checks") or [])
+    _print_monitors(result.get("monitors") or [])
     print_warnings(result.get("warnings"))
+
+
+def _print_monitors(found: list[dict]) -> None:
+    """The reward-hacking monitors' findings, one line each (dr_core/report/monitors.py)."""
+    if found:
+        console.print(styled(("reward-hacking monitors", "bold"), " (dr_core/report/monitors.py)"))
+    for f in found:
+        mark = {"warn": ("warn", "bold red"), "ok": ("ok", "green"), "n/a": ("n/a", "dim")}[f["level"]]
+        console.print(styled("  ", mark, f"  {f['monitor']}: {f['line']}"))
 
 
 def _coevolve_table(run_id: str, rounds: list[dict]) -> Table:

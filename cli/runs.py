@@ -22,6 +22,7 @@ from cli.options import (
     ENGINES_HELP,
     RUNNER_HELP,
     SHARDS_HELP,
+    TRACK_HELP,
     VERBOSE_HELP,
     WAIT_HELP,
 )
@@ -43,6 +44,7 @@ def round_cmd(
     shards: Optional[int] = typer.Option(None, "--shards", min=1, help=SHARDS_HELP),
     json_out: Optional[str] = typer.Option(None, "--json", help="Also write the result (summary, steps, URIs) here."),
     create_bucket: bool = typer.Option(False, "--create-bucket", help=CREATE_BUCKET_HELP),
+    track: str = typer.Option("none", "--track", envvar="DR_TRACK", help=TRACK_HELP),
     wait: bool = typer.Option(False, "--wait", help=WAIT_HELP),
     verbose: bool = typer.Option(False, "--verbose", envvar="DR_VERBOSE", help=VERBOSE_HELP),
 ) -> None:
@@ -61,7 +63,12 @@ def round_cmd(
 
     try:
         params = RoundParams(
-            config=cfg, store=store or default_store_url(), run_id=run_id, round_no=round_no, run_eval=not no_eval
+            config=cfg,
+            store=store or default_store_url(),
+            run_id=run_id,
+            round_no=round_no,
+            run_eval=not no_eval,
+            track=track,
         )
     except ValidationError as exc:
         fail(error_line(exc))
@@ -106,6 +113,7 @@ def coevolve_cmd(
     policy_start: Optional[str] = typer.Option(
         None, "--policy-start", help="Start P(0) from this local Hugging Face checkpoint directory."
     ),
+    track: str = typer.Option("none", "--track", envvar="DR_TRACK", help=TRACK_HELP),
     wait: bool = typer.Option(False, "--wait", help=WAIT_HELP),
     verbose: bool = typer.Option(False, "--verbose", envvar="DR_VERBOSE", help=VERBOSE_HELP),
 ) -> None:
@@ -114,7 +122,7 @@ def coevolve_cmd(
     from dr_core.config.runtime import configure_prefect
 
     configure_prefect()
-    cfg, params = _coevolve_params(preset_name, rounds, store, run_id, config_file, overrides, shards)
+    cfg, params = _coevolve_params(preset_name, rounds, store, run_id, config_file, overrides, shards, track)
     params = _with_starts(params, generator_start, policy_start)
     _check_outputs(params.store, json_out, create_bucket)
     from dr_core.runs.round_steps import check_inputs
@@ -135,7 +143,7 @@ def coevolve_cmd(
     _finish(result, print_coevolve, json_out)
 
 
-def _coevolve_params(preset_name, rounds, store, run_id, config_file, overrides, shards):
+def _coevolve_params(preset_name, rounds, store, run_id, config_file, overrides, shards, track="none"):
     """(config, flow parameters) from the preset, ``--engines``, ``--shards`` and ``--set``; a bad value is one
     error line."""
     from pydantic import ValidationError
@@ -153,7 +161,7 @@ def _coevolve_params(preset_name, rounds, store, run_id, config_file, overrides,
         cfg = coevolve_preset(preset_name, **fields)
         from flows.coevolve import CoevolveParams
 
-        return cfg, CoevolveParams(config=cfg, store=store or default_store_url(), run_id=run_id)
+        return cfg, CoevolveParams(config=cfg, store=store or default_store_url(), run_id=run_id, track=track)
     except (ValidationError, ValueError, ConfigError) as exc:
         fail(error_line(exc))
 
@@ -207,6 +215,7 @@ def stale_fresh_cmd(
         None, "--engines", help="engines file (with --preset): its models instead of the preset's."
     ),
     overrides: list[str] = typer.Option([], "--set", help="Override a preset field (with --preset), e.g. --set k=2."),
+    track: str = typer.Option("none", "--track", envvar="DR_TRACK", help=TRACK_HELP),
     wait: bool = typer.Option(False, "--wait", help=WAIT_HELP),
     verbose: bool = typer.Option(False, "--verbose", envvar="DR_VERBOSE", help=VERBOSE_HELP),
 ) -> None:
@@ -226,7 +235,9 @@ def stale_fresh_cmd(
     from flows.stale_fresh import StaleFreshParams, stale_fresh_flow
 
     try:
-        params = StaleFreshParams(store=store or default_store_url(), run_id=run_id, round_no=round_no, config=cfg)
+        params = StaleFreshParams(
+            store=store or default_store_url(), run_id=run_id, round_no=round_no, config=cfg, track=track
+        )
         from dr_core.store.artifacts import Store
 
         Store.from_url(params.store).require_exists()

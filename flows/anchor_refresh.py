@@ -16,6 +16,7 @@ from prefect import flow, get_run_logger
 from pydantic import BaseModel, ConfigDict, Field
 
 from dr_core.config import coevolve_preset
+from dr_core.runs.tracking import Track
 from dr_core.store.artifacts import SEGMENT_PATTERN, Store, default_store_url
 from dr_core.store.lease import run_lease
 from flows.coevolve import CoevolveParams, coevolve_flow
@@ -36,6 +37,9 @@ class AnchorRefreshParams(BaseModel):
     min_responses: int = Field(7, ge=1, description="anchor_filter rule 1: minimum list length.")
     n_prompts: int | None = Field(None, ge=1, description="Prompts per round (None: the preset's).")
     train: bool = Field(True, description="Run the co-evolution round (False: stop after filtering).")
+    track: Track = Field(
+        "none", description="Experiment tracking of the round (dr_core/runs/tracking.py): none or mlflow."
+    )
 
 
 @flow(name="dynamicrubric-anchor-refresh")
@@ -47,6 +51,7 @@ def anchor_refresh_flow(
     min_responses: int = 7,
     n_prompts: int | None = None,
     train: bool = True,
+    track: str = "none",
 ) -> dict:
     """New anchor files -> validate -> ingest -> anchor_filter -> one co-evolution round from the latest checkpoints
     (``train=False``: stop after filtering)."""
@@ -58,6 +63,7 @@ def anchor_refresh_flow(
         min_responses=min_responses,
         n_prompts=n_prompts,
         train=train,
+        track=track,
     )
     # one writer per run: a refresh that fires while the previous one (or a `dr coevolve` of the run) still runs
     # fails at once, naming the holder (dr_core/store/lease.py), before it takes any file: the next run picks them up
@@ -87,6 +93,7 @@ def _refresh(p: AnchorRefreshParams) -> dict:
             config=cfg,
             store=p.store,
             run_id=p.run_id,
+            track=p.track,
             start_round=start["round"],
             generator_start=start["generator"],
             policy_start=start["policy"],

@@ -18,6 +18,7 @@ from prefect import get_run_logger
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.exceptions import MissingContextError
 
+from dr_core.report import monitors
 from dr_core.report.tables import coevolve_table, round_header, round_table
 
 
@@ -33,17 +34,34 @@ def coevolve_rows(rounds: list[dict]) -> list[dict[str, str]]:
     return [{"figure": label, **dict(zip(headers, cells))} for label, cells in coevolve_table(rounds)]
 
 
-def signals_markdown(run_id: str, checks: list[dict], warnings: list[str]) -> str:
-    """The signal checks (yes / NO / n/a, with their detail) and the warnings, as markdown."""
+def markdown_table(rows: list[dict[str, str]]) -> str:
+    """Artifact rows as a markdown table (the tracker's ``summary.md``)."""
+    if not rows:
+        return "no rows\n"
+    cols = list(rows[0])
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(str(r.get(c, "")) for c in cols) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def signals_markdown(run_id: str, checks: list[dict], warnings: list[str], found: list[dict] | None = None) -> str:
+    """The signal checks, the warnings and the reward-hacking monitors' findings, as markdown.
+
+    A check is yes / NO / n/a with its detail; the findings are ``dr_core.report.monitors``'."""
     mark = {True: "yes", False: "**NO**", None: "n/a"}
     lines = [f"# Signals of run {run_id}", "", "Can the figures move? (`dr_core.scoring.signals`)", ""]
     lines += [f"- {mark[c['ok']]}: {c['check']} ({c['detail']})" for c in checks] or ["- no checks yet"]
     lines += ["", "## Warnings", ""] + ([f"- {w}" for w in warnings] or ["- none"])
+    if found:
+        lines += ["", "## Reward-hacking monitors", "", monitors.markdown(found).rstrip()]
     return "\n".join(lines) + "\n"
 
 
-def publish_coevolve(run_id: str, rounds: list[dict], checks: list[dict], warnings: list[str]) -> bool:
-    """Publish a co-evolution run's table and signals (``rounds``: the result's round dicts so far)."""
+def publish_coevolve(
+    run_id: str, rounds: list[dict], checks: list[dict], warnings: list[str], found: list[dict] | None = None
+) -> bool:
+    """Publish a co-evolution run's table and signals (``rounds``: the result's round dicts so far; ``found``: the
+    monitors' findings)."""
     return _publish(
         lambda: create_table_artifact(
             coevolve_rows(rounds),
@@ -51,18 +69,23 @@ def publish_coevolve(run_id: str, rounds: list[dict], checks: list[dict], warnin
             description=f"Co-evolution run {run_id}, rounds {rounds[0]['round']}-{rounds[-1]['round']}",
         ),
         lambda: create_markdown_artifact(
-            signals_markdown(run_id, checks, warnings),
+            signals_markdown(run_id, checks, warnings, found),
             key=artifact_key(run_id, "signals"),
             description=f"Signal checks and warnings of run {run_id}",
         ),
     )
 
 
+def round_rows(round_no: int, summary: dict) -> list[dict[str, str]]:
+    """One measured round's figures as artifact rows: {"figure", "round t"}."""
+    return [{"figure": label, f"round {round_no}": value} for label, value in round_table(summary)]
+
+
 def publish_round(run_id: str, round_no: int, summary: dict) -> bool:
     """Publish one measured round's figures (``dr round``)."""
     return _publish(
         lambda: create_table_artifact(
-            [{"figure": label, f"round {round_no}": value} for label, value in round_table(summary)],
+            round_rows(round_no, summary),
             key=artifact_key(run_id, "summary"),
             description=f"Round {round_no} of run {run_id}",
         )

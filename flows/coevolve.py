@@ -17,10 +17,14 @@ almost everything, sets whose scores are constant; they also go to the flow run'
 
 from __future__ import annotations
 
+import contextlib
+
 from prefect import flow, get_run_logger
 from pydantic import Field, field_validator
 
 from dr_core.config import CoevolveConfig, coevolve_preset, numerics
+from dr_core.report import monitors
+from dr_core.runs import tracking
 from dr_core.runs.refs import (
     CheckpointRef,
     CoevolveResult,
@@ -87,23 +91,30 @@ def coevolve_flow(params: CoevolveParams) -> CoevolveResult:
     numbers = numerics.describe(cfg.round.engines, {"generator": cfg.generator, "policy": cfg.policy})
     get_run_logger().info(numbers)  # once per run, in the CLI's log and a deployment's alike
 
-    with steps.log:  # select-inputs goes with the first round flushed (0 or start_round)
+    tracker = tracking.open_tracker(params.track, params.store, warn=get_run_logger().warning)
+    tracker.start(params.run_id, "coevolve", {"config": cfg.model_dump(mode="json"), "start_round": params.start_round})
+    found: list[dict] = []  # the monitors' findings, after each round
+    with steps.log, tracked(tracker):  # select-inputs goes with the first round flushed (0 or start_round)
         inputs = steps.run(round_tasks.select_inputs, "select-inputs", cfg.round, params.store)
         rounds = []
         if measure_start:
             m0 = measure(steps, with_models(cfg.round, steps.store, gen.uri, pol.uri), inputs, prefix="r0/")
             rounds.append(CoevolveRound(round=0, generator=gen.uri, policy=pol.uri, measure=m0.summary))
             steps.log.flush()
-            publish_rounds(params.run_id, rounds)
+            found = run_monitors(steps, cfg)
+            publish_rounds(params.run_id, rounds, found, tracker)
         for t in range(params.start_round, params.start_round + cfg.rounds):
             steps.log.round = t
             gen, pol, summary = coevolve_round(steps.at(round_no=t), cfg, inputs, gen, pol)
             steps.log.flush()
+            tracker.log_update(t, "generator", gen, cfg.generator.model_dump(mode="json"))
+            tracker.log_update(t, "policy", pol, cfg.policy.model_dump(mode="json"))
             rounds.append(summary)
-            publish_rounds(params.run_id, rounds)
-    found = round_warnings(rounds)
-    for w in found:  # also in the flow run's log: a scheduled run (anchor refresh) has no CLI to print them
-        get_run_logger().warning(w)
+            found = run_monitors(steps, cfg)
+            publish_rounds(params.run_id, rounds, found, tracker)
+    warnings = round_warnings(rounds)
+    for w in warnings + [f"monitor {f['monitor']}: {f['line']}" for f in found if f["level"] == monitors.WARN]:
+        get_run_logger().warning(w)  # also in the flow run's log: a scheduled run (anchor refresh) has no CLI
     return CoevolveResult(
         run_id=params.run_id,
         numerics=numbers,
@@ -111,15 +122,43 @@ def coevolve_flow(params: CoevolveParams) -> CoevolveResult:
         steps=steps.log.entries(),
         generator=gen.model_dump(),
         policy=pol.model_dump(),
-        warnings=found,
+        warnings=warnings,
         signal_checks=signals.signal_checks([r.model_dump() for r in rounds]),
+        monitors=found,
     )
 
 
-def publish_rounds(run_id: str, rounds: list[CoevolveRound]) -> bool:
-    """The run so far as Prefect artifacts (flows/artifacts.py): its table, signal checks and warnings."""
+def run_monitors(steps: Steps, cfg: CoevolveConfig) -> list[dict]:
+    """The reward-hacking monitors' findings over what the run has stored so far (dr_core/report/monitors.py)."""
+    return monitors.run_monitors(steps.store.connect(), steps.ctx.run_id, cfg.monitors)
+
+
+def publish_rounds(
+    run_id: str, rounds: list[CoevolveRound], found: list[dict] | None = None, tracker: tracking.Tracker | None = None
+) -> bool:
+    """The run so far as Prefect artifacts (flows/artifacts.py): its table, signal checks, warnings and monitor
+    findings (``found``); and to the tracker, the newest round's figures and monitor levels and the same text. True
+    when the artifacts were published."""
+    found = found or []
     dumped = [r.model_dump() for r in rounds]
-    return artifacts.publish_coevolve(run_id, dumped, signals.signal_checks(dumped), round_warnings(rounds))
+    checks, warnings = signals.signal_checks(dumped), round_warnings(rounds)
+    if tracker is not None and tracker.enabled:
+        figures = tracking.round_figures(dumped[-1], signals.signal_checks(dumped[-1:]))
+        tracker.log_round(rounds[-1].round, figures | tracking.monitor_figures(found))
+        tracker.log_text(artifacts.markdown_table(artifacts.coevolve_rows(dumped)), "summary.md")
+        tracker.log_text(artifacts.signals_markdown(run_id, checks, warnings, found), "signals.md")
+    return artifacts.publish_coevolve(run_id, dumped, checks, warnings, found)
+
+
+@contextlib.contextmanager
+def tracked(tracker: tracking.Tracker):
+    """Close the tracker's parent run when the block ends: FINISHED, or FAILED when it raised."""
+    try:
+        yield tracker
+    except BaseException:
+        tracker.finish("FAILED")
+        raise
+    tracker.finish("FINISHED")
 
 
 def _start(ref: dict | None) -> CheckpointRef | None:

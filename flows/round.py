@@ -14,6 +14,7 @@ from prefect import flow, get_run_logger
 from pydantic import Field
 
 from dr_core.config import RoundConfig, numerics, preset
+from dr_core.runs import tracking
 from dr_core.runs.refs import RoundResult, StepContext
 from flows import artifacts, runners
 from flows.steps import RunParams, Steps, measure
@@ -37,7 +38,13 @@ def round_flow(params: RoundParams) -> RoundResult:
     with steps.log:
         result = measure(steps, cfg, run_eval=params.run_eval)
         steps.run(round_tasks.record_run, "record-run", steps.ctx, cfg, "round-complete")
-    artifacts.publish_round(params.run_id, params.round_no, result.summary.model_dump())
+    summary = result.summary.model_dump()
+    tracker = tracking.open_tracker(params.track, params.store, warn=get_run_logger().warning)
+    tracker.start(params.run_id, "round", {"config": cfg.model_dump(mode="json"), "round": params.round_no})
+    tracker.log_round(params.round_no, tracking.round_figures(summary))
+    tracker.log_text(artifacts.markdown_table(artifacts.round_rows(params.round_no, summary)), "summary.md")
+    tracker.finish()
+    artifacts.publish_round(params.run_id, params.round_no, summary)
     return RoundResult(
         run_id=params.run_id,
         round=params.round_no,

@@ -11,13 +11,15 @@ does no model work.
 
 from __future__ import annotations
 
-from prefect import flow
+from prefect import flow, get_run_logger
 from pydantic import BaseModel, ConfigDict, Field
 
 from dr_core.config import RoundConfig
 from dr_core.report import collect
+from dr_core.runs import tracking
 from dr_core.runs.refs import RoundInputs, StepContext
 from dr_core.runs.stale_fresh import plan
+from dr_core.runs.tracking import Track
 from dr_core.store.artifacts import SEGMENT_PATTERN, Store, default_store_url
 from flows.steps import Steps, score_sets, with_models
 from tasks import round as round_tasks
@@ -36,6 +38,7 @@ class StaleFreshParams(BaseModel):
     config: RoundConfig | None = Field(
         None, description="Round config (engines, lengths); None: the run's recorded one."
     )
+    track: Track = Field("none", description="Experiment tracking (dr_core/runs/tracking.py): none or mlflow.")
 
 
 @flow(name="dynamicrubric-stale-fresh")
@@ -51,6 +54,11 @@ def stale_fresh_flow(params: StaleFreshParams) -> dict:
         for stage, gen_uri in ((collect.STALE, p["stale_generator"]), (collect.FRESH, p["fresh_generator"])):
             score_stage(steps.at(stage=stage), with_models(rc, st, gen_uri, p["policy"]), inputs, p["sets"]["uri"])
     summary = collect.stale_fresh(collect.stage_metrics(st.connect(), params.run_id), p["round"])
+    tracker = tracking.open_tracker(params.track, params.store, warn=get_run_logger().warning)
+    tracker.start(params.run_id, "stale-fresh", {"round": p["round"], "config": rc.model_dump(mode="json")})
+    if summary is not None:
+        tracker.log_round(p["round"], tracking.stale_fresh_figures(summary))
+    tracker.finish()
     return {
         "run_id": params.run_id,
         "round": p["round"],

@@ -29,6 +29,7 @@ from dr_core.runs.refs import (
     unavailable,
 )
 from dr_core.runs.shards import Shard
+from dr_core.runs.tracking import Track
 from dr_core.store import checkpoints
 from dr_core.store.artifacts import SEGMENT_PATTERN, Store, default_store_url
 from flows import runners
@@ -43,6 +44,11 @@ class RunParams(BaseModel):
 
     store: str = Field(default_factory=default_store_url, description="Artifact store URL (path or s3://...).")
     run_id: str = Field("local", pattern=SEGMENT_PATTERN, description="Run id (partition).")
+    track: Track = Field(
+        "none",
+        description="Experiment tracking (dr_core/runs/tracking.py): 'mlflow' logs the run to MLFLOW_TRACKING_URI, "
+        "or to a SQLite file beside the store; 'none' logs nothing. Not part of any step's cache key.",
+    )
 
 
 #: The stage of the measurement's artifacts (dr_core.store.schemas.STAGES).

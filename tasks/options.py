@@ -41,6 +41,9 @@ BAD_INPUT = (DataError, ValueError, TypeError, KeyError, FileNotFoundError)
 #: work done elsewhere (the shards' merged rows are the unsharded rows, byte for byte:
 # tests/integration/test_shards.py).
 PLACEMENT_FIELDS = frozenset({"scale"})
+#: Config fields read only after the work, to judge it (``CoevolveConfig.monitors``: the reward-hacking monitors'
+#: thresholds): left out of cache keys too, so changing a threshold re-judges a run without redoing it.
+JUDGING_FIELDS = frozenset({"monitors"})
 
 #: The project's own top-level packages: the code a step can run.
 PROJECT_PACKAGES = ("dr_core", "tasks")
@@ -186,7 +189,7 @@ def _canonical(value: Any) -> Any:
         return {
             k: _canonical(v)
             for k, v in sorted(value.items())
-            if k not in {"run_id", "store", *AUTH_FIELDS, *PLACEMENT_FIELDS}
+            if k not in {"run_id", "store", *AUTH_FIELDS, *PLACEMENT_FIELDS, *JUDGING_FIELDS}
         }
     if isinstance(value, (list, tuple)):
         return [_canonical(v) for v in value]

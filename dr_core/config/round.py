@@ -16,6 +16,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dr_core.config.engines import EngineConfig, EnginesConfig
+from dr_core.config.monitors import MonitorSettings
 from dr_core.config.training import GRPOSettings, LaunchSettings
 
 
@@ -157,6 +158,11 @@ class CoevolveConfig(BaseModel):
     policy_eval: PolicyEvalConfig | None = Field(
         default_factory=PolicyEvalConfig,
         description="Win rate of P(t) against P(0) on held-out prompts after each policy update; None: skip.",
+    )
+    monitors: MonitorSettings = Field(
+        default_factory=MonitorSettings,
+        description="Reward-hacking monitors' thresholds (dr_core/config/monitors.py); read after the run, so they "
+        "are in no step's cache key.",
     )
 
     @model_validator(mode="after")

@@ -9,7 +9,9 @@ from __future__ import annotations
 import datetime as dt
 from collections import defaultdict
 
+from dr_core.config.monitors import MonitorSettings
 from dr_core.errors import DRError
+from dr_core.report.monitors import run_monitors
 from dr_core.scoring import signals
 from dr_core.store import sql
 from dr_core.store.schemas import TABLES, spec
@@ -144,8 +146,11 @@ def _grids(rows: list[dict]) -> list[dict]:
     return out
 
 
-def collect(con: sql.Connection, run_id: str, n_examples: int = 3) -> dict:
-    """Everything the report shows for ``run_id``, as plain JSON-able data (also written beside the page)."""
+def collect(
+    con: sql.Connection, run_id: str, n_examples: int = 3, monitor_settings: MonitorSettings | None = None
+) -> dict:
+    """Everything the report shows for ``run_id``, as plain JSON-able data (also written beside the page); the
+    reward-hacking monitors judge with ``monitor_settings`` (default: ``MonitorSettings()``)."""
     errors = _QueryLog()
     p = {"run_id": run_id}
     metrics = stage_metrics(con, run_id, errors)
@@ -181,10 +186,12 @@ def collect(con: sql.Connection, run_id: str, n_examples: int = 3) -> dict:
     summary = _query(con, "eval_summary", p, errors)
     costs = _query(con, "stage_costs", p, errors)
     training_signal = _query(con, "training_signal", p, errors)
+    found = run_monitors(con, run_id, monitor_settings, lambda name, params: _query(con, name, params, errors))
     return {
         "run_id": run_id,
         "generated_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "warnings": run_warnings(metrics, costs, training_signal, summary),
+        "monitors": found,
         "metrics": metrics,
         "training": _query(con, "training_rewards", p, errors),
         "training_signal": training_signal,

@@ -384,7 +384,26 @@ def _cost(d: dict, n_slowest: int = 8) -> dict:
 
 
 #: (section id, its name in the navigation, what its template needs besides ``d`` or None), in page order.
+def _monitors(d: dict) -> dict:
+    """The monitors' findings, and each looked-at figure as a share of its threshold (1 = the threshold)."""
+    found = d.get("monitors") or []
+    drawn = [f for f in found if f.get("value") is not None and f.get("threshold")]
+    chart = (
+        _chart(
+            bar_chart,
+            [f["monitor"] for f in drawn],
+            [("figure / threshold", [f["value"] / f["threshold"] for f in drawn])],
+            "figure / its threshold (1 = warn)",
+            title="Reward-hacking monitors",
+        )
+        if drawn
+        else None
+    )
+    return {"found": found, "chart": chart}
+
+
 SECTIONS = (
+    ("monitors", "monitors", _monitors),
     ("signal", "signal checks", _signal),
     ("gap", "score gap", _gap),
     ("training", "training rewards", _training),

@@ -10,10 +10,12 @@ command, the cache directory itself when it is missing: ``dr_core.paths.cache_di
   the endpoint of ``S3Options.from_env`` within the timeout; disk free at a local store and at the model cache;
 - models: each bundled model prepared or not (its completion marker, never its hash), and the command to prepare it;
 - prefect: ``GET $PREFECT_API_URL/health`` within the timeout, or a note that flows use Prefect's temporary server;
+- tracking: where ``--track mlflow`` logs (``dr_core.runs.tracking.check_tracking``): a server's ``/health``, a
+  writable SQLite path, or a note naming the file beside the store;
 - versions: the installed packages against the pins of the ``dynamicrubric`` distribution (its core dependencies
   and the ``cpu`` extra, or ``gpu`` where CUDA vLLM is installed).
 
-The two network checks (S3, Prefect) run in threads beside the others, each bounded by ``timeout_s``.
+The network checks (S3, Prefect, MLflow) run in threads beside the others, each bounded by ``timeout_s``.
 
     python -c "from dr_core.runs.doctor import run_checks; print(*run_checks(), sep=chr(10))"
 """
@@ -27,16 +29,14 @@ import shutil
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Callable
 from urllib.parse import urlparse
 
-OK, PROBLEM, NOTE = "ok", "problem", "note"
+from dr_core.runs.finding import NOTE, OK, PROBLEM, Finding, http_health
+
 #: The distribution whose metadata declares the pins (pyproject.toml ``[project] name``).
 DISTRIBUTION = "dynamicrubric"
 INSTALL_FIX = {"cpu": "bash infra/install.sh", "gpu": "pip install -e .[gpu,test] (in the CUDA environment)"}
@@ -50,16 +50,6 @@ DISK_PROBLEM_BYTES, DISK_NOTE_BYTES = 1 << 30, 5 << 30
 MEMORY_NOTE_BYTES = 4 << 30
 _EPHEMERAL = "flows run on Prefect's temporary local server (fine on one machine)"
 _FREE_SPACE_FIX = "free disk space there, or point {var} at a disk with more room"
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One line of the report: what was checked, ok / problem / note, what was found, and (a problem) its fix."""
-
-    name: str
-    status: str
-    detail: str
-    fix: str = ""
 
 
 def gib(n: float) -> str:
@@ -317,18 +307,7 @@ def check_prefect(api_url: str | None = None, timeout_s: float = NET_TIMEOUT_S) 
     if not health.startswith(("http://", "https://")):
         return Finding("prefect", PROBLEM, f"PREFECT_API_URL={url!r} is not an http(s) URL", fix)
     headers = {"Authorization": f"Bearer {os.environ['PREFECT_API_KEY']}"} if os.environ.get("PREFECT_API_KEY") else {}
-    start = time.monotonic()
-    try:
-        with urllib.request.urlopen(urllib.request.Request(health, headers=headers), timeout=timeout_s) as resp:
-            status = resp.status
-    except urllib.error.HTTPError as exc:
-        return Finding("prefect", PROBLEM, f"GET {health} answered HTTP {exc.code} {exc.reason}", fix)
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        reason = getattr(exc, "reason", None) or exc
-        reason = getattr(reason, "strerror", None) or str(reason) or type(reason).__name__
-        return Finding("prefect", PROBLEM, f"GET {health} failed: {reason} (timeout {timeout_s:g} s)", fix)
-    ms = (time.monotonic() - start) * 1000
-    return Finding("prefect", OK, f"GET {health} answered {status} ({ms:.0f} ms)")
+    return http_health("prefect", health, fix, timeout_s, headers)
 
 
 # -- pinned versions ------------------------------------------------------------------------------------------------
@@ -416,6 +395,12 @@ def check_versions(
 
 
 # -- all of them ----------------------------------------------------------------------------------------------------
+def _check_tracking(store_url: str | None, timeout_s: float) -> Finding:
+    from dr_core.runs.tracking import check_tracking  # MLflow's side of the project, beside its code
+
+    return check_tracking(store_url, timeout_s)
+
+
 def _guarded(check: Callable[[], Finding | list[Finding]], name: str, raise_errors: bool) -> list[Finding]:
     """A check's findings; a check that itself fails (a bug) is one problem line instead of a crash."""
     try:
@@ -441,6 +426,7 @@ def run_checks(
         ("store", lambda: check_store(store_url, timeout_s)),
         ("models", check_models),
         ("prefect", lambda: check_prefect(timeout_s=timeout_s)),
+        ("tracking", lambda: _check_tracking(store_url, timeout_s)),
         ("versions", check_versions),
     ]
     with ThreadPoolExecutor(max_workers=len(checks), thread_name_prefix="dr-doctor") as pool:

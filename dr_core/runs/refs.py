@@ -133,7 +133,9 @@ class UpdateRef(CheckpointRef):
     """The checkpoint a GRPO update wrote, with what the update measured (tasks/train.py): its GRPO steps, the mean
     reward of its first and last step, seconds (all, per step), the rollouts and their group size G, the rollouts
     without a usable reward (the generator's ``unparseable`` rubrics, the policy's ``unscorable`` responses; None for
-    the other role) and the zero-spread groups per step with the steps that had no gradient."""
+    the other role), the zero-spread groups per step with the steps that had no gradient, TRL's per-step KL
+    (``kl_by_step``, beta > 0) and TRL's per-step log (``trl_log``, what ``--track mlflow`` logs; not registered with
+    the checkpoint)."""
 
     steps: int
     reward_first: float | None = None
@@ -149,6 +151,8 @@ class UpdateRef(CheckpointRef):
     no_gradient_steps: int = 0
     unparseable: int | None = None
     unscorable: int | None = None
+    kl_by_step: list[dict] = []
+    trl_log: list[dict] = []
 
     @property
     def checkpoint(self) -> CheckpointRef:
@@ -240,7 +244,8 @@ class RoundResult(_Ref):
 class CoevolveResult(_Ref):
     """What a co-evolution flow returns (flows/coevolve.py; ``dr coevolve --json``): the run, the numerics line, one
     summary per round (round 0: the start measured), each step by name, the last G(t) and P(t) with what their
-    updates measured, the degenerate-signal warnings in words and the signal checks over the rounds."""
+    updates measured, the degenerate-signal warnings in words, the signal checks over the rounds and the
+    reward-hacking monitors' findings (``dr_core.report.monitors``)."""
 
     run_id: str
     numerics: str
@@ -250,6 +255,7 @@ class CoevolveResult(_Ref):
     policy: dict[str, Any]
     warnings: list[str]
     signal_checks: list[dict[str, Any]]
+    monitors: list[dict[str, Any]]
 
 
 def write_ref(store: Store, table: str, rows, part: str, **keys) -> ArtifactRef:

@@ -201,7 +201,8 @@ def _rollouts(sink: records.RolloutSink, scratch: Path) -> records.RolloutSink:
 def _metrics(result, counted: str, signal: list[dict], group_size: int) -> dict:
     """What the update measured. ``counted``: the history field of rollouts without a usable reward, summed over the
     run; ``signal``: the zero-std groups per GRPO step (``dr_core.scoring.signals.zero_std_by_step``), kept as
-    ``zero_std_by_step`` with the count of ``no_gradient_steps``; ``group_size``: G, for sql/training_signal."""
+    ``zero_std_by_step`` with the count of ``no_gradient_steps``; ``group_size``: G, for sql/training_signal;
+    ``kl_by_step``: TRL's per-step KL, for sql/monitor_kl."""
     return {
         "steps": result.steps,
         "reward_first": result.reward_first,
@@ -216,7 +217,13 @@ def _metrics(result, counted: str, signal: list[dict], group_size: int) -> dict:
         "group_size": group_size,
         "zero_std_by_step": signal,
         "no_gradient_steps": signals.no_gradient_steps(signal),
+        "kl_by_step": kl_by_step(getattr(result, "trl_log", None) or []),
     }
+
+
+def kl_by_step(trl_log: list[dict]) -> list[dict]:
+    """TRL's per-step KL to the reference ({step, kl}, the steps that logged one: beta > 0), for sql/monitor_kl."""
+    return [{"step": int(e["step"]), "kl": float(e["kl"])} for e in trl_log if "kl" in e and "step" in e]
 
 
 def _write_tables(s: Store, ctx: StepContext, role: str, tables: dict[str, Rows]) -> None:
@@ -238,7 +245,12 @@ def _publish(
     uri = checkpoints.save(s, result.checkpoint, ctx.run_id, ctx.round_no, role)
     checkpoints.register(s, ctx.run_id, ctx.round_no, role, uri, parent=base.uri, metrics=metrics)
     local = checkpoints.materialise(s, uri)
-    ref = UpdateRef(uri=uri, fingerprint=model_id(EngineConfig(model=str(local))), **metrics)
+    ref = UpdateRef(
+        uri=uri,
+        fingerprint=model_id(EngineConfig(model=str(local))),
+        trl_log=list(getattr(result, "trl_log", None) or []),
+        **metrics,
+    )
     if scratch is not None:
         shutil.rmtree(scratch, ignore_errors=True)
     return ref

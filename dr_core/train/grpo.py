@@ -256,6 +256,7 @@ def _train(
         step_seconds=train_seconds / max(1, steps - resumed_step),
         trl_advantages=list(trainer.dr_advantages),
         rollout_stats=_rollout_stats(rollouts),
+        trl_log=[dict(e) for e in trainer.state.log_history],
     )
     publish(trainer, tokenizer, result, settings, out_dir)
     return result

@@ -34,7 +34,9 @@ class TrainResult:
     ``history``: one dict per reward call of the whole run (resumed parts included). ``reward_first/last``: the
     mean reward of the first and last reward call (generator: R_disc + lam R_anchor; policy: Eq. 12 score of the
     scorable rollouts). ``step_seconds``: training seconds per optimiser step of this call. ``rollout_stats``: with
-    ``rollouts="vllm"``, the weight syncs and the seconds spent syncing and generating (dr_core/train/rollouts.py)."""
+    ``rollouts="vllm"``, the weight syncs and the seconds spent syncing and generating (dr_core/train/rollouts.py).
+    ``trl_log``: TRL's ``log_history`` of the whole run (one dict per logged step under TRL's metric names, resumed
+    parts included), what ``--track mlflow`` logs per step (dr_core/runs/tracking.py)."""
 
     checkpoint: str
     steps: int
@@ -45,6 +47,7 @@ class TrainResult:
     resumed_from: str | None
     step_seconds: float | None = None
     rollout_stats: dict | None = None
+    trl_log: list[dict] = field(default_factory=list)
     trl_advantages: list[list[float]] = field(default_factory=list, repr=False)
 
 

@@ -282,6 +282,22 @@ class GeneratorReward(_GroupReward):
         }
 
 
+def yes_rate(records: Sequence[dict]) -> float | None:
+    """The verifier's yes-rate over a reward call's verdicts; None when it gave none.
+
+    Read from the rollout records: the generator's ``verdicts_C`` and ``verdicts_anchor``, the policy's ``verdicts``;
+    unscorable verdicts are left out."""
+    said = [
+        v
+        for r in records
+        for key in ("verdicts_C", "verdicts_anchor", "verdicts")
+        for row in (r.get(key) or ())
+        for v in (row if isinstance(row, (list, tuple)) else (row,))
+        if v is not None
+    ]
+    return sum(bool(v) for v in said) / len(said) if said else None
+
+
 def group_floor_rewards(scored, group_size: int) -> tuple[list[float], list[float], list[bool]]:
     """R_disc, R_anchor and scorable per rollout (``scored``: one ``(ScoredRubric,)`` per rollout, in whole
     consecutive groups of ``group_size``). An unscorable rollout gets the lowest R_disc and the lowest R_anchor of
@@ -327,11 +343,17 @@ def _generator_record(s, group_id: int, rollout: int, step: int, r_disc, r_ancho
 
 
 def _hand_on(reward, entry: dict, records: list[dict], log_metric, metrics: Sequence[str]) -> None:
-    """Append the history entry, log its ``metrics`` to TRL (as ``dr/<key>``) and hand the records on."""
+    """Append the history entry, log its ``metrics`` to TRL and hand the records on.
+
+    TRL's log gets each metric as ``dr/<key>``, and the verifier's yes-rate over the call's verdicts as
+    ``dr/yes_rate`` when it gave any."""
     reward.history.append(entry)
     if log_metric is not None:
         for key in metrics:
             log_metric(f"dr/{key}", float(entry[key]))
+        yes = yes_rate(records)
+        if yes is not None:
+            log_metric("dr/yes_rate", yes)
     if reward.on_rollouts is not None:
         reward.on_rollouts(records)
 

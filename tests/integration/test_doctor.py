@@ -26,7 +26,7 @@ from tests.support.fixtures_s3 import STORE_ENV, TEST_BUCKET
 from tests.support.netutil import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
-_CLEARED = ("PREFECT_API_URL", "PREFECT_API_KEY", *STORE_ENV)
+_CLEARED = ("PREFECT_API_URL", "PREFECT_API_KEY", "MLFLOW_TRACKING_URI", *STORE_ENV)
 
 
 @pytest.fixture
@@ -75,6 +75,8 @@ def test_a_local_store_in_tmp_path(cache, tmp_path):
         assert found.status in ("ok", "note") and line(lines, name).split()[0] == found.status
     assert line(lines, "memory").split()[0] in ("ok", "note")  # available memory moves between two reads
     assert line(lines, "prefect").startswith("note")
+    tracking = line(lines, "tracking")  # --track mlflow without MLFLOW_TRACKING_URI: beside the store
+    assert tracking.startswith("note") and f"logs to sqlite:///{store}/mlflow/mlflow.db" in tracking
     assert lines[-1] == "no problems: this machine is ready for the project"
     store.mkdir()
     rc, lines = doctor(cache, "--json", DR_STORE=str(store))  # the same default as the other commands: DR_STORE
@@ -154,3 +156,18 @@ def test_prefect_api_reachable_or_not(cache, tmp_path, health_server):
     refused = line(lines, "prefect")
     assert rc == 1 and refused.startswith("problem prefect") and f"GET {closed}/health failed" in refused
     assert "— fix: start that server (prefect server start) or correct PREFECT_API_URL" in refused
+
+
+def test_mlflow_tracking_server_reachable_or_not(cache, tmp_path, health_server):
+    store = str(tmp_path / "store")
+    rc, lines = doctor(cache, "--store", store, MLFLOW_TRACKING_URI=f"{health_server}/api")
+    assert rc == 0, "\n".join(lines)
+    assert line(lines, "tracking").split()[:4] == ["ok", "tracking", "GET", f"{health_server}/api/health"]
+    closed = f"http://127.0.0.1:{free_port()}"
+    rc, lines = doctor(cache, "--store", store, MLFLOW_TRACKING_URI=closed)
+    refused = line(lines, "tracking")
+    assert rc == 1 and refused.startswith("problem tracking") and f"GET {closed}/health failed" in refused
+    assert "— fix: start that server (mlflow server), or correct MLFLOW_TRACKING_URI" in refused
+    (tmp_path / "file").write_text("")
+    rc, lines = doctor(cache, "--store", store, MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path}/file/mlflow.db")
+    assert rc == 1 and "is a file, not a directory" in line(lines, "tracking")

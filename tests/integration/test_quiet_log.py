@@ -4,6 +4,10 @@ the training rollouts are in the store, and a re-run of the finished round does 
 one line per step with its state, seconds and peak memory, and none of the third-party noise a user cannot act on
 (cli/quiet.py); `--verbose` shows it all (here: Prefect's task-run lines, on the re-run served from the cache).
 
+Both runs and the stale-fresh run are tracked (``--track mlflow``, the default local store beside the artifact
+store): MLflow's own client reads back one nested run per update with TRL's metrics per step, the round's figures on
+the parent, and nothing logged twice by the re-run (dr_core/runs/tracking.py).
+
 (One run serves both: the in-process round of tests/test_coevolve_flow.py, which ran the same micro config, was merged
 into this module; the flows' in-process path is covered by tests/integration/test_round_flow.py and
 tests/integration/test_stale_fresh_flow.py.)"""
@@ -65,6 +69,8 @@ def _coevolve(store: Path, out: Path, *extra: str) -> tuple[int, str]:
         str(ENGINES),
         "--json",
         str(out),
+        "--track",
+        "mlflow",
         *sets,
         *extra,
     )
@@ -104,7 +110,7 @@ def runs(tmp_path_factory, default_model_dir):
     again = _coevolve(tmp / "store", tmp / "again.json", "--verbose")
     (tmp / "again.log").write_text(again[1])
     assert again[0] == 0, again[1][-6000:]
-    stale_fresh = _dr("stale-fresh", "--store", str(tmp / "store"), "--run-id", "quiet")
+    stale_fresh = _dr("stale-fresh", "--store", str(tmp / "store"), "--run-id", "quiet", "--track", "mlflow")
     (tmp / "stale-fresh.log").write_text(stale_fresh[1])
     assert stale_fresh[0] == 0, stale_fresh[1][-6000:]
     return {
@@ -193,3 +199,46 @@ def test_verbose_shows_the_third_party_lines(runs):
     assert "Finished in state Cached" in log  # Prefect's task-run lines are back
     assert any(n in log for n in NOISE if n != "Finished in state")  # and the third-party lines
     assert sum(1 for line in log.splitlines() if STEP_LINE.match(line)) == len(result["steps"])
+
+
+def test_track_mlflow_logs_each_update_per_step_and_the_round_once(runs):
+    from mlflow.tracking import MlflowClient
+
+    from dr_core.runs.tracking import tracking_uri
+
+    client = MlflowClient(tracking_uri=tracking_uri(runs["store"]))
+    assert tracking_uri(runs["store"]).endswith("/store/mlflow/mlflow.db")
+    exp = client.get_experiment_by_name("dynamicrubric")
+    found = client.search_runs([exp.experiment_id])
+    parents = {r.data.tags["dr.kind"]: r for r in found if "mlflow.parentRunId" not in r.data.tags}
+    assert sorted(parents) == ["coevolve", "stale-fresh"]  # the re-run continued its run: no second parent
+    parent = parents["coevolve"]
+    assert parent.info.status == "FINISHED" and parent.data.tags["dr.run_id"] == "quiet"
+    assert parent.data.params["config.round.k"] == "2" and parent.data.params["config.generator.max_steps"] == "1"
+    children = {r.data.tags["dr.role"]: r for r in found if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id}
+    assert sorted(children) == ["generator", "policy"]
+    _, result = runs["quiet"]
+    (r1,) = result["rounds"]
+    for role, run in children.items():
+        assert run.data.tags["dr.round"] == "1" and run.data.tags["dr.checkpoint"] == r1[role]
+        assert run.data.params["max_steps"] == "1"
+        # TRL's own names, per GRPO step (one step here), each logged once though the re-run saw the update again
+        for key in ("reward", "reward_std", "frac_reward_zero_std", "completions/mean_length", "entropy"):
+            assert [m.step for m in client.get_metric_history(run.info.run_id, key)] == [1], (role, key)
+        own = "dr/r_disc_mean" if role == "generator" else "dr/unscorable"
+        assert [m.step for m in client.get_metric_history(run.info.run_id, own)] == [1], role
+        assert client.get_metric_history(run.info.run_id, "update/steps")[0].value == 1
+    for key in ("r_disc", "verifier_yes_rate"):  # the round's figures on the parent, at step = the round, once
+        value = r1["measure"][key]
+        want = [] if value is None else [(1, pytest.approx(value))]
+        assert [(m.step, m.value) for m in client.get_metric_history(parent.info.run_id, key)] == want, key
+    assert {"summary.md", "signals.md"} <= {a.path for a in client.list_artifacts(parent.info.run_id)}
+    # the reward-hacking monitors: in the result, printed, and their levels on the parent run
+    log, _ = runs["quiet"]
+    from dr_core.report.monitors import MONITORS
+
+    assert [f["monitor"] for f in result["monitors"]] == list(MONITORS) and "reward-hacking monitors" in log
+    looked = [f["monitor"] for f in result["monitors"] if f["level"] != "n/a"]
+    assert looked and all(f"monitor/{m}" in parent.data.metrics for m in looked)
+    stale_fresh = parents["stale-fresh"].data.metrics
+    assert any(k.startswith("stale/") for k in stale_fresh) and any(k.startswith("fresh/") for k in stale_fresh)
