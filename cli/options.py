@@ -52,6 +52,7 @@ def command_roles(preset_name: str, engines):
 
 TRACK_HELP = (
     "Experiment tracking: mlflow logs the run (each GRPO update's steps, each round's figures) to MLFLOW_TRACKING_URI, "
-    "or to <store>/mlflow/mlflow.db when it is unset; none logs nothing. A refused server is one warning."
+    "or to <store>/mlflow/mlflow.db when it is unset; tensorboard writes event files to DR_TENSORBOARD_DIR or "
+    "<store>/tensorboard; none logs nothing. A refused tracker is one warning."
 )
 WAIT_HELP = "If another process is writing this run (it holds the run's lease), wait until it ends instead of refusing."

@@ -38,7 +38,7 @@ class AnchorRefreshParams(BaseModel):
     n_prompts: int | None = Field(None, ge=1, description="Prompts per round (None: the preset's).")
     train: bool = Field(True, description="Run the co-evolution round (False: stop after filtering).")
     track: Track = Field(
-        "none", description="Experiment tracking of the round (dr_core/runs/tracking.py): none or mlflow."
+        "none", description="Experiment tracking of the round (dr_core/runs/tracking.py): none, mlflow or tensorboard."
     )
 
 

@@ -38,7 +38,9 @@ class StaleFreshParams(BaseModel):
     config: RoundConfig | None = Field(
         None, description="Round config (engines, lengths); None: the run's recorded one."
     )
-    track: Track = Field("none", description="Experiment tracking (dr_core/runs/tracking.py): none or mlflow.")
+    track: Track = Field(
+        "none", description="Experiment tracking (dr_core/runs/tracking.py): none, mlflow or tensorboard."
+    )
 
 
 @flow(name="dynamicrubric-stale-fresh")

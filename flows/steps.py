@@ -47,7 +47,8 @@ class RunParams(BaseModel):
     track: Track = Field(
         "none",
         description="Experiment tracking (dr_core/runs/tracking.py): 'mlflow' logs the run to MLFLOW_TRACKING_URI, "
-        "or to a SQLite file beside the store; 'none' logs nothing. Not part of any step's cache key.",
+        "or to a SQLite file beside the store; 'tensorboard' writes event files; 'none' logs nothing. Not part of any "
+        "step's cache key.",
     )
 
 

@@ -40,8 +40,8 @@ from dr_core.paths import cache_dir
 if TYPE_CHECKING:
     from dr_core.runs.finding import Finding
 
-Track = Literal["none", "mlflow"]
-TRACK_CHOICES: tuple[str, ...] = ("none", "mlflow")
+Track = Literal["none", "mlflow", "tensorboard"]
+TRACK_CHOICES: tuple[str, ...] = ("none", "mlflow", "tensorboard")
 EXPERIMENT = "dynamicrubric"
 #: MLflow's limits: a param's value (characters) and the entries of one log_batch call.
 PARAM_CHARS, BATCH = 6000, 1000
@@ -68,12 +68,16 @@ def local_dir(store_url: str) -> Path:
 
 def open_tracker(track: str, store_url: str, warn: Warn | None = None) -> Tracker:
     """The run's tracker: ``NullTracker`` for ``none``; for ``mlflow`` an ``MlflowTracker`` (a refused server: one
-    warning, then a NullTracker)."""
+    warning, then a NullTracker); for ``tensorboard`` event files (dr_core/runs/tensorboard.py)."""
     if track not in TRACK_CHOICES:
         raise ValueError(f"track must be one of {', '.join(TRACK_CHOICES)}; got {track!r}")
     if track == "none":
         return NullTracker()
     warn = warn or _log.warning
+    if track == "tensorboard":
+        from dr_core.runs.tensorboard import TensorBoardTracker, tensorboard_dir
+
+        return TensorBoardTracker(tensorboard_dir(store_url), warn)
     uri = tracking_uri(store_url)
     try:
         return MlflowTracker(

@@ -181,5 +181,47 @@ def test_track_none_logs_nothing_and_an_unknown_kind_is_refused(store, tmp_path)
     t.log_round(1, {"r_disc": 0.1})
     t.finish()
     assert not (tmp_path / "store" / "mlflow").exists()
-    with pytest.raises(ValueError, match="track must be one of none, mlflow; got 'wandb'"):
+    with pytest.raises(ValueError, match="track must be one of none, mlflow, tensorboard; got 'wandb'"):
         tracking.open_tracker("wandb", store)
+
+
+# -- --track tensorboard ------------------------------------------------------------------------------------------
+def _scalars(folder) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar series under ``folder``, read back through TensorBoard's own event reader."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(folder))
+    acc.Reload()
+    return {tag: [(e.step, pytest.approx(e.value)) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+def test_tensorboard_writes_each_update_per_step_and_the_rounds_once(store, tmp_path, monkeypatch):
+    monkeypatch.delenv("DR_TENSORBOARD_DIR", raising=False)
+    t = tracking.open_tracker("tensorboard", store, warn=pytest.fail)
+    t.start("demo", "coevolve", {})
+    t.log_round(0, {"r_disc": 0.05, "anchor_gap": None})
+    t.log_update(1, "generator", _ref())
+    t.log_round(1, {"r_disc": 0.15})
+    # a resumed execution: the same update and rounds again, nothing written twice
+    again = tracking.open_tracker("tensorboard", store, warn=pytest.fail)
+    again.start("demo", "coevolve", {})
+    again.log_round(1, {"r_disc": 0.15})
+    again.log_update(1, "generator", _ref())
+    root = tmp_path / "store" / "tensorboard" / "demo"
+    gen = _scalars(root / "r1-generator")
+    assert gen["reward"] == [(1, 0.25), (2, 0.5)] and gen["dr/r_disc_mean"] == [(1, 0.2), (2, 0.4)]
+    assert _scalars(root / "coevolve") == {"r_disc": [(0, 0.05), (1, 0.15)]}
+    # a new checkpoint for the same round and role (the update re-ran): its steps replace the old ones
+    again.log_update(1, "generator", _ref("s3://b/models/g9", log=TRL_LOG[:1]))
+    assert _scalars(root / "r1-generator")["reward"] == [(1, 0.25)]
+
+
+def test_tensorboard_that_cannot_write_is_one_warning(tmp_path, monkeypatch):
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("DR_TENSORBOARD_DIR", str(tmp_path / "file" / "tb"))
+    said = []
+    t = tracking.open_tracker("tensorboard", str(tmp_path / "store"), warn=said.append)
+    t.start("demo", "coevolve", {})
+    t.log_update(1, "generator", _ref())
+    t.log_round(1, {"r_disc": 0.1})
+    assert len(said) == 1 and said[0].startswith("TensorBoard tracking off:") and "goes on untracked" in said[0]
