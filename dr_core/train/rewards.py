@@ -229,7 +229,8 @@ class GeneratorReward(_GroupReward):
             for i, (s,) in enumerate(scored)
         ]
         entry = self._entry(step, len(texts), len(blocks), r_disc, r_anchor, records, started)
-        _hand_on(self, entry, records, log_metric, ("r_disc_mean", "r_anchor_mean", "unparseable"))
+        # TRL's own "reward" is the mean of what this hands it, the advantages (about 0): log the reward itself too
+        _hand_on(self, entry, records, log_metric, ("reward_mean", "r_disc_mean", "r_anchor_mean", "unparseable"))
         return [float(a) for a in adv]
 
     def _rubrics(self, texts: list[str], ids, blocks: list[int]) -> tuple[list[EvalItem], list[list[GeneratedRubric]]]:

@@ -32,6 +32,7 @@ from dr_core.train.grpo import (
     anchor_minimum,
     check_whole_groups,
 )
+from dr_core.train.rewards import yes_rate
 from tests.support import fakes
 
 
@@ -303,3 +304,35 @@ def test_policy_reward_asks_the_generator_in_the_format_it_was_trained_in():
     assert conv[:-1] in shown  # the lines prompt, in the seeded order
     assert records[0]["rubric_items"] == [("The response mentions apple.", 3), ("The response is short.", 1)]
     assert records[0]["rubric_text"].startswith(prompts.LINES_ROLLOUT_PREFIX) and None not in out
+
+
+def test_the_rewards_log_their_own_figures_and_the_yes_rate_to_trl():
+    rows = [PolicyRow(0, "p0", "Name a fruit."), PolicyRow(1, "p1", "Say hi.")]
+    settings = GRPOSettings(num_generations=2, per_device_train_batch_size=4, rubric_format="json")
+    logged: dict[str, float] = {}
+    records = []
+    reward = PolicyReward(
+        rows, fake_engine(_rubric_json(("mentions apple", 3), ("is short", 1))), fake_engine(), settings,
+        on_rollouts=records.extend,
+    )  # fmt: skip
+    reward(completions=["apple", "pear", "hi", "hello"], completion_ids=[[1]] * 4, group_id=[0, 0, 1, 1],
+           log_metric=logged.__setitem__)  # fmt: skip
+    said = [v for r in records for v in r["verdicts"]]
+    assert logged == {"dr/unscorable": 0.0, "dr/yes_rate": pytest.approx(sum(said) / len(said))}
+
+    g = 4
+    gen = GeneratorReward(
+        GEN_ROWS, fake_engine(), GRPOSettings(num_generations=g, per_device_train_batch_size=g, rubric_format="json"),
+        on_rollouts=[].extend,
+    )  # fmt: skip
+    logged.clear()
+    texts = [_rubric_json(("mentions apple", 3), ("is short", 1))] * 4 + ["not a rubric"] * 4
+    gen(prompts=[None] * 8, completions=[[{"role": "assistant", "content": t}] for t in texts],
+        completion_ids=[[1, 2]] * 8, group_id=[0] * 4 + [1] * 4, log_metric=logged.__setitem__)  # fmt: skip
+    (entry,) = gen.history
+    # TRL's own "reward" is the mean advantage (about 0): the reward itself is logged beside it
+    assert logged["dr/reward_mean"] == pytest.approx(entry["reward_mean"])
+    assert logged["dr/r_disc_mean"] == pytest.approx(entry["r_disc_mean"]) and logged["dr/unparseable"] == 4.0
+    assert 0.0 <= logged["dr/yes_rate"] <= 1.0
+    assert yes_rate([{"verdicts": [True, None, False]}, {"verdicts_C": [[True], [True]]}]) == pytest.approx(0.75)
+    assert yes_rate([{"verdicts": None}]) is None
