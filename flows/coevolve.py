@@ -112,6 +112,8 @@ def coevolve_flow(params: CoevolveParams) -> CoevolveResult:
             rounds.append(summary)
             found = run_monitors(steps, cfg)
             publish_rounds(params.run_id, rounds, found, tracker)
+        if tracker.enabled:
+            log_report(steps, cfg, tracker)
     warnings = round_warnings(rounds)
     for w in warnings + [f"monitor {f['monitor']}: {f['line']}" for f in found if f["level"] == monitors.WARN]:
         get_run_logger().warning(w)  # also in the flow run's log: a scheduled run (anchor refresh) has no CLI
@@ -130,7 +132,28 @@ def coevolve_flow(params: CoevolveParams) -> CoevolveResult:
 
 def run_monitors(steps: Steps, cfg: CoevolveConfig) -> list[dict]:
     """The reward-hacking monitors' findings over what the run has stored so far (dr_core/report/monitors.py)."""
-    return monitors.run_monitors(steps.store.connect(), steps.ctx.run_id, cfg.monitors)
+    con = steps.store.connect()
+    try:
+        return monitors.run_monitors(con, steps.ctx.run_id, cfg.monitors)
+    finally:
+        con.close()
+
+
+def log_report(steps: Steps, cfg: CoevolveConfig, tracker: tracking.Tracker) -> None:
+    """``dr report``'s page of the finished run as the tracker's ``report.html``; a page that cannot be made is one
+    warning (the run's results are in the store either way)."""
+    from dr_core.report.collect import collect
+    from dr_core.report.render import render_html
+
+    con = steps.store.connect()
+    try:
+        page = render_html(collect(con, steps.ctx.run_id, monitor_settings=cfg.monitors), steps.store.url)
+    except Exception as e:  # the report is a view of the store: it must not fail the run
+        get_run_logger().warning(f"report.html not logged to the tracker ({type(e).__name__}: {e})")
+        return
+    finally:
+        con.close()
+    tracker.log_text(page, "report.html")
 
 
 def publish_rounds(

@@ -232,7 +232,7 @@ def test_track_mlflow_logs_each_update_per_step_and_the_round_once(runs):
         value = r1["measure"][key]
         want = [] if value is None else [(1, pytest.approx(value))]
         assert [(m.step, m.value) for m in client.get_metric_history(parent.info.run_id, key)] == want, key
-    assert {"summary.md", "signals.md"} <= {a.path for a in client.list_artifacts(parent.info.run_id)}
+    assert {"summary.md", "signals.md", "report.html"} <= {a.path for a in client.list_artifacts(parent.info.run_id)}
     # the reward-hacking monitors: in the result, printed, and their levels on the parent run
     log, _ = runs["quiet"]
     from dr_core.report.monitors import MONITORS
