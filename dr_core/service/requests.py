@@ -235,15 +235,74 @@ def _field_error(exc: ValidationError) -> BadRequest:
     return BadRequest(where, msg)
 
 
+#: The longest integer literal a body may hold (digits): every integer field is a count or a seed.
+MAX_INT_DIGITS = 100
+
+
+class _Refused(ValueError):
+    """A JSON value the parser could read but the service does not take (a number beyond a float, NaN)."""
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise _Refused(f"the number {text[:40]} is beyond a float")
+    return value
+
+
+def _short_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise _Refused(f"an integer of {len(text.lstrip('-'))} digits (at most {MAX_INT_DIGITS})")
+    return int(text)
+
+
+def _constant(name: str):
+    raise _Refused(f"{name} is not JSON (RFC 8259 has no NaN or Infinity)")
+
+
+def loads(raw: bytes) -> Any:
+    """A body's JSON, or ``BadRequest`` (body) naming why not: not UTF-8, not JSON, nested deeper than the parser
+    takes, a number beyond a float, NaN or Infinity, an integer of more than ``MAX_INT_DIGITS`` digits, or a string
+    with a lone surrogate (not encodable as UTF-8: nothing could store it)."""
+    try:
+        text = raw.decode("utf-8-sig")  # RFC 8259: UTF-8 between systems (json.loads would guess UTF-16 and -32)
+    except UnicodeDecodeError as exc:
+        raise BadRequest("body", f"not UTF-8 (byte {exc.start}): JSON bodies are UTF-8 (RFC 8259)") from None
+    try:
+        data = json.loads(text, parse_float=_finite, parse_int=_short_int, parse_constant=_constant)
+    except json.JSONDecodeError as exc:
+        raise BadRequest("body", f"not valid JSON (line {exc.lineno}, column {exc.colno})") from None
+    except RecursionError:
+        raise BadRequest("body", "nested deeper than the JSON parser takes") from None
+    except _Refused as exc:
+        raise BadRequest("body", str(exc)) from None
+    _check_strings(data)
+    return data
+
+
+def _check_strings(data: Any) -> None:
+    """Every key and string value encodable as UTF-8 (``BadRequest`` naming the first that is not), walked without
+    recursion: the parser has already taken the body's depth."""
+    stack: list[tuple[str, Any]] = [("body", data)]
+    while stack:
+        where, value = stack.pop()
+        items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+        for key, item in items:
+            path = f"{where}.{key}" if where != "body" else str(key)
+            for text in (key, item):
+                if isinstance(text, str):
+                    try:
+                        text.encode("utf-8")
+                    except UnicodeEncodeError:
+                        raise BadRequest(path, "holds a lone surrogate (an unpaired \\ud800-\\udfff escape)") from None
+            stack.append((path, item))
+
+
 def parse(model: type[BaseModel], raw: bytes, settings: ServiceSettings):
     """The body as ``model``, with the service's limits applied; ``BadRequest`` for anything else."""
     if len(raw) > settings.max_body_bytes:
         raise BadRequest("body", f"{len(raw)} bytes; the limit is {settings.max_body_bytes} (--max-body-bytes)", 413)
-    try:
-        data = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        where = f" (line {exc.lineno}, column {exc.colno})" if isinstance(exc, json.JSONDecodeError) else ""
-        raise BadRequest("body", f"not valid JSON{where}") from None
+    data = loads(raw)
     if not isinstance(data, dict):
         raise BadRequest("body", f"expected a JSON object, got {type(data).__name__}")
     try:

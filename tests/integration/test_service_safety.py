@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
@@ -160,3 +161,28 @@ def test_a_set_at_the_limit_is_scored(served, scripted):
     with served.client() as c:
         r = c.post("/v1/score-set", json={"prompt": "p", "responses": [f"response {i}" for i in range(64)]})
     assert r.status_code == 200 and len(r.json()["scores"]) == 64, r.text
+
+
+# -- bodies the parser cannot take: a declared 422 on every route, nothing scored or written -------------------------
+POST_ROUTES = ["/v1/score-set", "/v1/rewards", "/get_reward", "/verify", "/seed_session"]
+
+
+def test_every_body_the_parser_cannot_take_is_a_declared_422_on_every_route(served, scripted):
+    from tests.unit.test_service_bodies import BAD_BODIES
+
+    spec = json.loads((ROOT / "docs" / "api" / "openapi.json").read_text())["paths"]  # the committed contract
+    scripted.reset()
+    before = _parquet_parts(served)
+    with served.client(timeout=30) as c:
+        for route in POST_ROUTES:
+            assert "422" in spec[route]["post"]["responses"], route  # declared
+            for case, body, field, words in BAD_BODIES:
+                r = c.post(route, content=body, headers={"content-type": "application/json"})
+                assert r.status_code == 422, (route, case, r.status_code, r.text[:300])
+                answer = r.json()
+                assert set(answer) == {"error", "detail", "field"}, (route, case, answer)  # the one error shape
+                assert (answer["error"], answer["field"]) == ("invalid_request", field), (route, case, answer)
+                assert words in answer["detail"], (route, case, answer)
+        assert c.get("/health").status_code == 200  # the service is still up after all of them
+    assert sum(scripted.counts.values()) == 0  # nothing scored
+    assert _parquet_parts(served) == before  # nothing written
