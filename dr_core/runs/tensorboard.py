@@ -20,8 +20,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from dr_core.paths import cache_dir
-from dr_core.runs.tracking import Tracker, Warn, _finite, _short, step_metrics
+from dr_core.runs.tracking import Tracker, Warn, _finite, local_dir, step_metrics
+from dr_core.store.errors import short_cause
 
 MARKER = ".dr-logged"
 
@@ -30,9 +30,7 @@ def tensorboard_dir(store_url: str) -> Path:
     """``DR_TENSORBOARD_DIR``, else ``<store>/tensorboard`` (local store) or the cache's (S3 store)."""
     if os.environ.get("DR_TENSORBOARD_DIR"):
         return Path(os.environ["DR_TENSORBOARD_DIR"]).expanduser().resolve()
-    if "://" in store_url and not store_url.startswith("file://"):
-        return cache_dir() / "tensorboard"
-    return Path(store_url.removeprefix("file://")).expanduser().resolve() / "tensorboard"
+    return local_dir(store_url, "tensorboard")
 
 
 class TensorBoardTracker(Tracker):
@@ -60,10 +58,7 @@ class TensorBoardTracker(Tracker):
         try:
             fn(*args)
         except Exception as e:  # tracking must never fail the run
-            self.warn(
-                f"TensorBoard tracking off: {self.root} failed ({type(e).__name__}: {_short(e)}); the run goes on "
-                "untracked"
-            )
+            self.warn(f"TensorBoard tracking off: {self.root} failed ({short_cause(e)}); the run goes on untracked")
             self._run = None
 
     def _start(self, run_id: str, kind: str) -> None:

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from dr_core.paths import cache_dir
+from dr_core.store.errors import short_cause
 
 if TYPE_CHECKING:
     from dr_core.runs.finding import Finding
@@ -59,11 +60,11 @@ def tracking_uri(store_url: str) -> str:
     return f"sqlite:///{local_dir(store_url) / 'mlflow.db'}"
 
 
-def local_dir(store_url: str) -> Path:
-    """The folder of the default local tracking store: ``<store>/mlflow`` for a local store, else the cache's."""
+def local_dir(store_url: str, name: str = "mlflow") -> Path:
+    """A tracker's default folder: ``<store>/<name>`` for a local store, the cache's ``<name>`` for a remote one."""
     if "://" in store_url and not store_url.startswith("file://"):
-        return cache_dir() / "mlflow"
-    return Path(store_url.removeprefix("file://")).expanduser().resolve() / "mlflow"
+        return cache_dir() / name
+    return Path(store_url.removeprefix("file://")).expanduser().resolve() / name
 
 
 def open_tracker(track: str, store_url: str, warn: Warn | None = None) -> Tracker:
@@ -84,7 +85,7 @@ def open_tracker(track: str, store_url: str, warn: Warn | None = None) -> Tracke
             uri, warn, artifacts=None if os.environ.get("MLFLOW_TRACKING_URI") else local_dir(store_url)
         )
     except Exception as e:  # tracking must never fail the run
-        warn(f"MLflow tracking off: {uri} refused ({type(e).__name__}: {_short(e)}); the run goes on untracked")
+        warn(f"MLflow tracking off: {uri} refused ({short_cause(e)}); the run goes on untracked")
         return NullTracker()
 
 
@@ -169,9 +170,7 @@ class MlflowTracker(Tracker):
         try:
             fn(*args)
         except Exception as e:  # tracking must never fail the run: warn once, then stop tracking
-            self.warn(
-                f"MLflow tracking off: {self.uri} failed ({type(e).__name__}: {_short(e)}); the run goes on untracked"
-            )
+            self.warn(f"MLflow tracking off: {self.uri} failed ({short_cause(e)}); the run goes on untracked")
             self._parent = None
 
     # -- the work ------------------------------------------------------------------------------------------------
@@ -381,15 +380,10 @@ def _quote(v: str) -> str:
     return v.replace("\\", "\\\\").replace("'", "\\'")
 
 
-def _short(e: BaseException) -> str:
-    text = " ".join(str(e).split())
-    return text if len(text) <= 200 else text[:197] + "..."
-
-
 def _probe(uri: str) -> None:
-    """Raise unless an HTTP tracking server answers its health route within ``PROBE_SECONDS``."""
-    import httpx
+    """Raise unless an HTTP tracking server answers its health route within ``PROBE_SECONDS`` (dr doctor's probe)."""
+    from dr_core.runs.finding import OK, http_health
 
-    r = httpx.get(uri.rstrip("/") + "/health", timeout=PROBE_SECONDS)
-    if r.status_code >= 500:
-        raise ConnectionError(f"HTTP {r.status_code} from {uri}/health")
+    found = http_health("tracking", uri.rstrip("/") + "/health", "", PROBE_SECONDS)
+    if found.status != OK:
+        raise ConnectionError(found.detail)

@@ -133,7 +133,9 @@ def test_each_monitor_fires_on_its_planted_sign_and_is_silent_on_a_clean_run(con
     clean = {f["monitor"]: f for f in monitors.run_monitors(con, "clean")}
     assert hacked[name]["level"] == "warn", hacked[name]
     assert clean[name]["level"] == "ok", clean[name]
-    assert hacked[name]["value"] >= hacked[name]["threshold"] or name in ("spread", "kl")
+    assert hacked[name]["value"] >= hacked[name]["threshold"], hacked[name]
+    if name != "reward_vs_eval":  # its clean run's reward rises too, beside held-out figures that rise with it
+        assert clean[name]["value"] < clean[name]["threshold"], clean[name]
     assert hacked[name]["line"] and clean[name]["line"]
 
 
