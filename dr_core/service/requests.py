@@ -239,25 +239,21 @@ def _field_error(exc: ValidationError) -> BadRequest:
 MAX_INT_DIGITS = 100
 
 
-class _Refused(ValueError):
-    """A JSON value the parser could read but the service does not take (a number beyond a float, NaN)."""
-
-
 def _finite(text: str) -> float:
     value = float(text)
     if value in (float("inf"), float("-inf")):
-        raise _Refused(f"the number {text[:40]} is beyond a float")
+        raise BadRequest("body", f"the number {text[:40]} is beyond a float")
     return value
 
 
 def _short_int(text: str) -> int:
     if len(text.lstrip("-")) > MAX_INT_DIGITS:
-        raise _Refused(f"an integer of {len(text.lstrip('-'))} digits (at most {MAX_INT_DIGITS})")
+        raise BadRequest("body", f"an integer of {len(text.lstrip('-'))} digits (at most {MAX_INT_DIGITS})")
     return int(text)
 
 
 def _constant(name: str):
-    raise _Refused(f"{name} is not JSON (RFC 8259 has no NaN or Infinity)")
+    raise BadRequest("body", f"{name} is not JSON (RFC 8259 has no NaN or Infinity)")
 
 
 def loads(raw: bytes) -> Any:
@@ -274,8 +270,6 @@ def loads(raw: bytes) -> Any:
         raise BadRequest("body", f"not valid JSON (line {exc.lineno}, column {exc.colno})") from None
     except RecursionError:
         raise BadRequest("body", "nested deeper than the JSON parser takes") from None
-    except _Refused as exc:
-        raise BadRequest("body", str(exc)) from None
     _check_strings(data)
     return data
 
