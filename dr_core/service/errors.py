@@ -4,7 +4,8 @@
 - ``BadRequest``: the body or one of its fields is refused: 422 ``invalid_request`` naming the field (413
   ``body_too_large`` for the body's size); nothing is written.
 - ``TooManyGroups``: ``--max-open-groups`` groups are open already: 503 ``busy``.
-- ``GroupIncomplete``: a group's last member did not arrive in time: 504 ``group_incomplete``.
+- ``GroupIncomplete``: a group's last member did not arrive in time: 504 ``group_incomplete`` (``BatchIncomplete``
+  for a ``/get_reward`` batch, naming how many of its queries were scored and kept).
 - ``Unavailable``: not ready, shutting down, the queue full, or the engines or the store failed on a batch: 503, its
   ``reason`` the error code.
 
@@ -37,6 +38,19 @@ class GroupIncomplete(DRError, RuntimeError):
             "(--group-timeout); no reward was computed for any of them"
         )
         self.group_id, self.have, self.size = group_id, have, size
+
+
+class BatchIncomplete(GroupIncomplete):
+    """A ``/get_reward`` batch of which some groups timed out (504): the groups that were scored are kept, and a retry
+    of the same body replays them (``intake.Service.openrlhf``)."""
+
+    def __init__(self, first: GroupIncomplete, scored: int, total: int):
+        RuntimeError.__init__(
+            self,
+            f"{total - scored} of {total} queries are in groups that did not complete ({first}); the other {scored} "
+            "were scored and kept: send the same body again and they are replayed, not scored again",
+        )
+        self.group_id, self.have, self.size = first.group_id, first.have, first.size
 
 
 class Unavailable(DRError, RuntimeError):

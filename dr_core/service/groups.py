@@ -58,6 +58,7 @@ class GroupCollector:
         self.scored, self.on_timeout = scored, on_timeout
         self.open: dict[str, OpenGroup] = {}
         self._closing: dict[str, OpenGroup] = {}  # complete, being scored: duplicates still find their future
+        self._group_of: dict[str, str] = {}  # request id -> its group, open or being scored
 
     def join(self, group_id: str, size: int, prompt: str, response: str, member: Member) -> asyncio.Future:
         """Add ``member`` (its ``response``) to its group; the future gives the set's answers."""
@@ -88,13 +89,24 @@ class GroupCollector:
             if g.prompt != prompt:
                 raise BadRequest("prompt", f"group {group_id!r} was opened with a different prompt")
         g.members[member.request_id] = (response, member)
+        self._group_of[member.request_id] = group_id
         if len(g.members) == g.size:
             g.timer.cancel()
             del self.open[group_id]
             self._closing[group_id] = g
-            g.future.add_done_callback(lambda _f, gid=group_id: self._closing.pop(gid, None))
+            g.future.add_done_callback(lambda _f, gid=group_id: self._forget(self._closing.pop(gid, None)))
             self.on_complete(g)
         return g.future
+
+    def group_of(self, request_id: str) -> str | None:
+        """The group, open or being scored, that holds ``request_id`` (None: none does; a scored one is in the
+        ledger)."""
+        return self._group_of.get(request_id)
+
+    def _forget(self, g: OpenGroup | None) -> None:
+        for rid in g.members if g is not None else ():
+            if self._group_of.get(rid) == g.group_id:
+                del self._group_of[rid]
 
     def holds(self, group_id: str, request_id: str) -> bool:
         """Whether ``request_id`` is a member of ``group_id``, open or being scored (a retry waits on its future)."""
@@ -104,6 +116,7 @@ class GroupCollector:
         g = self.open.pop(group_id, None)
         if g is None or g.future.done():
             return
+        self._forget(g)
         g.future.set_exception(GroupIncomplete(group_id, len(g.members), g.size, self.timeout_s))
         g.future.exception()  # retrieved: no "exception never retrieved" warning when nobody waits any more
         self.on_timeout(g)
@@ -116,6 +129,7 @@ class GroupCollector:
                 g.future.set_exception(GroupIncomplete(g.group_id, len(g.members), g.size, 0))
                 g.future.exception()
         self.open.clear()
+        self._group_of.clear()
 
 
 def submit_group(g: OpenGroup, *, submit: Callable[[SetJob], Future], rollouts: int) -> None:

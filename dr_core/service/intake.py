@@ -15,6 +15,7 @@ import hmac
 import json
 import threading
 import uuid
+from dataclasses import replace
 from datetime import datetime, timezone
 from functools import partial
 from typing import TYPE_CHECKING, Callable
@@ -23,7 +24,7 @@ from dr_core.config.service import ServiceSettings
 from dr_core.engines.base import Engine
 from dr_core.service.answers import answer_batch, openrlhf_answer, verify_answer
 from dr_core.service.batcher import Batcher, count_batch
-from dr_core.service.errors import BadRequest, TooManyGroups, Unavailable
+from dr_core.service.errors import BadRequest, BatchIncomplete, GroupIncomplete, TooManyGroups, Unavailable
 from dr_core.service.groups import GroupCollector, count_timeout, submit_group
 from dr_core.service.ledger import Ledger, prompt_id
 from dr_core.service.metrics import Metrics
@@ -228,12 +229,23 @@ class Service:
         return answers[body.request_id]
 
     async def openrlhf(self, body: OpenRLHFBatch) -> dict:
+        """OpenRLHF's ``/get_reward``: each query joins the open group of its prompt (``--group-size`` each). Retry
+        rule: a query's request id is the batch body's hash and the query's position, so the same body sent again
+        (after a 504, a client timeout or a restart) replays every query whose group was scored, from the ledger,
+        waits on the groups still open or being scored, and joins only the rest: nothing is scored twice."""
         self._require_ready()
         collector = self.collector
         if len(self._prompt_groups) > 4 * self.settings.max_open_groups:  # forget prompts whose group has closed
             self._prompt_groups = {p: g for p, g in self._prompt_groups.items() if g in collector.open}
         pairs = body.pairs()
-        new_groups = {prompt_id(p) for p, _ in pairs} - {
+        batch = fingerprint("get_reward-batch", pairs)[:24]
+        members = [
+            Member(f"openrlhf-{batch}-{i}", "get_reward", fingerprint("get_reward", p, r), _now())
+            for i, (p, r) in enumerate(pairs)
+        ]
+        answers = {i: a for i, m in enumerate(members) if (a := self._replay(m.request_id, m.fingerprint)) is not None}
+        todo = [i for i in range(len(pairs)) if i not in answers]
+        new_groups = {prompt_id(pairs[i][0]) for i in todo if collector.group_of(members[i].request_id) is None} - {
             pid for pid, g in self._prompt_groups.items() if g in collector.open
         }
         if len(collector.open) + len(new_groups) > self.settings.max_open_groups:  # refuse whole, join nothing
@@ -241,17 +253,28 @@ class Service:
                 f"{len(new_groups)} new groups would pass --max-open-groups "
                 f"({self.settings.max_open_groups}); {len(collector.open)} are open"
             )
-        waits = []
-        for prompt, response in pairs:
+        waits = [self._join_prompt_group(pairs[i], members[i]) for i in todo]
+        results = await asyncio.gather(*(asyncio.shield(f) for f in waits), return_exceptions=True)
+        failed = [r for r in results if isinstance(r, BaseException)]
+        for i, res in zip(todo, results):
+            if not isinstance(res, BaseException):
+                answers[i] = res[members[i].request_id]
+        if failed:
+            first = next((e for e in failed if not isinstance(e, GroupIncomplete)), failed[0])
+            raise BatchIncomplete(first, len(answers), len(pairs)) if isinstance(first, GroupIncomplete) else first
+        return openrlhf_answer([answers[i] for i in range(len(pairs))])
+
+    def _join_prompt_group(self, pair: tuple[str, str], member: Member) -> asyncio.Future:
+        """``member`` in the group that holds it already, else in its prompt's open group, else in a new one."""
+        prompt, response = pair
+        gid = self.collector.group_of(member.request_id)
+        if gid is None:
             pid = prompt_id(prompt)
             gid = self._prompt_groups.get(pid)
-            if gid is None or gid not in collector.open:
+            if gid is None or gid not in self.collector.open:
                 gid = self._prompt_groups[pid] = f"openrlhf-{pid}-{uuid.uuid4().hex[:12]}"
-            rid = f"openrlhf-{uuid.uuid4().hex}"
-            member = Member(rid, "get_reward", fingerprint("get_reward", prompt, response), _now(), group_id=gid)
-            waits.append((rid, collector.join(gid, self.settings.group_size, prompt, response, member)))
-        results = await asyncio.gather(*(asyncio.shield(f) for _, f in waits))
-        return openrlhf_answer([res[rid] for (rid, _), res in zip(waits, results)])
+        member = replace(member, group_id=gid)
+        return self.collector.join(gid, self.settings.group_size, prompt, response, member)
 
     async def nemo_gym_verify(self, body: NeMoGymVerifyRequest) -> dict:
         """NeMo Gym's ``/verify``: one rollout, held until ``--group-size`` rollouts of its group key have arrived
