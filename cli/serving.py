@@ -29,6 +29,8 @@ _HELP = {
     "max-responses": "most responses in one set (/v1/score-set) or group (group_size); 422 above",
     "max-queries": "/get_reward (OpenRLHF): most queries in one request; 422 above",
     "max-text-chars": "longest prompt or response, in characters; 422 above",
+    "verdict-cache-entries": "verdicts held across requests, so the same criterion on the same response is asked "
+    "once (about 150 bytes each, least recently used evicted); 0: off",
 }
 
 
@@ -52,6 +54,7 @@ def serve(
     max_responses: int = typer.Option(64, "--max-responses", help=_HELP["max-responses"]),
     max_queries: int = typer.Option(4096, "--max-queries", help=_HELP["max-queries"]),
     max_text_chars: int = typer.Option(32_000, "--max-text-chars", help=_HELP["max-text-chars"]),
+    verdict_cache_entries: int = typer.Option(500_000, "--verdict-cache-entries", help=_HELP["verdict-cache-entries"]),
     access_log: bool = typer.Option(False, "--access-log", help="log every request line (never headers)"),
     verbose: bool = typer.Option(False, "--verbose", envvar="DR_VERBOSE", help=VERBOSE_HELP),
 ) -> None:
@@ -82,6 +85,7 @@ def serve(
         max_responses=max_responses,
         max_queries=max_queries,
         max_text_chars=max_text_chars,
+        verdict_cache_entries=verdict_cache_entries,
     )
     roles, source = command_roles(preset, engines_file(engines, config))
     said = _after_checks(engines_line(roles, source, ("generator", "verifier")))

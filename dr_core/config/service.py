@@ -73,3 +73,10 @@ class ServiceSettings(BaseModel):
         "(more: 422)",
     )
     max_text_chars: int = Field(32_000, ge=1, description="longest prompt or response, characters (more: 422)")
+    verdict_cache_entries: int = Field(
+        500_000,
+        ge=0,
+        le=100_000_000,
+        description="verdicts held across requests (the same criterion on the same response is asked once; about "
+        "150 bytes each, least recently used evicted); 0 turns the cache off",
+    )

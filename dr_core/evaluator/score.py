@@ -25,14 +25,19 @@ from dr_core.evaluator.items import (
     SetEvaluation,
     StageStats,
 )
+from dr_core.evaluator.verdict_cache import VerdictCache
 from dr_core.evaluator.verify import verify
 from dr_core.scoring.equations import anchor_reward, discriminability_reward, rubric_scores
 
 
 def score_rubrics(
-    verifier: Engine, items: Sequence[EvalItem], rubrics: Sequence[Sequence[GeneratedRubric]]
+    verifier: Engine,
+    items: Sequence[EvalItem],
+    rubrics: Sequence[Sequence[GeneratedRubric]],
+    cache: VerdictCache | None = None,
 ) -> tuple[list[list[ScoredRubric]], StageStats]:
-    """Verify every rubric item on every candidate (and anchor) of its set in one batched call, then score."""
+    """Verify every rubric item on every candidate (and anchor) of its set in one batched call, then score.
+    ``cache``: verdicts held from earlier calls are not asked again (``verify``)."""
     checks: list[Check] = []
     for item, gens in zip(items, rubrics):
         for g in gens:
@@ -40,7 +45,7 @@ def score_rubrics(
                 continue
             for resp in item.candidates + (item.anchors or ()):
                 checks.extend(Check(item.prompt, resp, crit) for crit in g.rubric.criteria)
-    verdicts, stats = verify(verifier, checks)
+    verdicts, stats = verify(verifier, checks, cache=cache)
     it = iter(verdicts)
     results: list[list[ScoredRubric]] = []
     for item, gens in zip(items, rubrics):

@@ -32,6 +32,7 @@ from dr_core.evaluator.calibrate import (
 )
 from dr_core.evaluator.endpoints import endpoint_counts, endpoint_delta
 from dr_core.evaluator.items import DONE_REASONS, Check, StageStats
+from dr_core.evaluator.verdict_cache import VerdictCache, verifier_identity
 from dr_core.rubric import prompts
 
 
@@ -59,6 +60,7 @@ def verify(
     structured: bool = True,
     verdict_mode: VerdictMode | None = None,
     verifier_prompt: VerifierPrompt | None = None,
+    cache: VerdictCache | None = None,
 ) -> tuple[list[int | None], StageStats]:
     """Verdicts for every check (1 yes, 0 no, None unscorable), in input order, from one engine call.
 
@@ -77,6 +79,9 @@ def verify(
 
     The stats of an engine with endpoints (``endpoint_stats``) carry what its endpoints did during the call:
     ``endpoints``, ``endpoints_down``, ``requests_moved`` (dr_core/evaluator/endpoints.py).
+
+    cache: verdicts held from earlier calls are not asked again, and the new ones are held
+    (``dr_core.evaluator.verdict_cache``, keyed by the engine and the procedure): the same verdicts either way.
     """
     stats = StageStats()
     unique = send_order(checks)
@@ -87,11 +92,17 @@ def verify(
     style = verifier_prompt or verifier_prompt_of(engine)
     if mode not in ("choice", *LOGODDS_MODES):
         raise ValueError(f"verdict_mode must be 'choice', 'calibrated' or 'balanced', got {mode!r}")
-    verdict = None
-    if mode in LOGODDS_MODES and structured and getattr(engine, "supports_logprobs", False):
-        verdict = _calibrated_verdicts(engine, unique, stats, style, mode)
+    identity = verifier_identity(engine, mode, style, max_tokens, structured) if cache is not None else ""
+    known = cache.lookup(identity, unique) if cache is not None else {}
+    ask = [c for c in unique if c not in known]
+    verdict: dict[Check, int | None] | None = None
+    if ask and mode in LOGODDS_MODES and structured and getattr(engine, "supports_logprobs", False):
+        verdict = _calibrated_verdicts(engine, ask, stats, style, mode)
     if verdict is None:
-        verdict = _chosen_verdicts(engine, unique, stats, style, max_tokens, structured)
+        verdict = _chosen_verdicts(engine, ask, stats, style, max_tokens, structured) if ask else {}
+    if cache is not None:
+        cache.store(identity, verdict)
+    verdict.update(known)
     stats.add_endpoints(endpoint_delta(before, endpoint_counts(engine)))
     return [verdict[c] for c in checks], stats
 

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Callable
 
 from dr_core.config.service import ServiceSettings
 from dr_core.engines.base import Engine
+from dr_core.evaluator.verdict_cache import VerdictCache
 from dr_core.service.answers import answer_batch, openrlhf_answer, verify_answer
 from dr_core.service.batcher import Batcher, count_batch
 from dr_core.service.errors import BadRequest, BatchIncomplete, GroupIncomplete, TooManyGroups, Unavailable
@@ -128,8 +129,18 @@ class Service:
     def _worker(self, generator: Engine, verifier: Engine) -> Batcher:
         """The queue and its worker, over the later stages: score, answer, commit."""
         s = self.settings
+        cache = VerdictCache(s.verdict_cache_entries) if s.verdict_cache_entries else None
+        if cache is not None:
+            self.metrics.gauge("dr_verdict_cache_hits_total", lambda: cache.hits)
+            self.metrics.gauge("dr_verdict_cache_misses_total", lambda: cache.misses)
+            self.metrics.gauge("dr_verdict_cache_entries", cache.__len__)
         scorer = Scorer(
-            generator, verifier, temperature=s.rubric_temperature, max_tokens=s.rubric_max_tokens, metrics=self.metrics
+            generator,
+            verifier,
+            temperature=s.rubric_temperature,
+            max_tokens=s.rubric_max_tokens,
+            metrics=self.metrics,
+            cache=cache,
         )
         return Batcher(
             scorer.score,

@@ -11,6 +11,9 @@ library: a handful of series, thread-safe, rendered on request.
     dr_engine_failures_total            batches failed by an engine (503)
     dr_stage_seconds_total{stage}       seconds spent generating rubrics, verifying, writing the store
     dr_stage_tokens_total{stage,kind}   prompt and completion tokens per engine stage
+    dr_verdict_cache_hits_total         verdicts answered from the verdict cache (not asked of the verifier)
+    dr_verdict_cache_misses_total       verdicts the cache did not hold (asked of the verifier)
+    dr_verdict_cache_entries            verdicts the cache holds (at most --verdict-cache-entries)
 """
 
 from __future__ import annotations
@@ -57,6 +60,9 @@ class Metrics:
         "dr_stage_tokens_total": ("counter", "Prompt and completion tokens per engine stage."),
         "dr_queue_depth": ("gauge", "Sets waiting for the engines."),
         "dr_open_groups": ("gauge", "Groups still collecting members."),
+        "dr_verdict_cache_hits_total": ("counter", "Verdicts answered from the verdict cache."),
+        "dr_verdict_cache_misses_total": ("counter", "Verdicts the verdict cache did not hold (asked)."),
+        "dr_verdict_cache_entries": ("gauge", "Verdicts the verdict cache holds (at most --verdict-cache-entries)."),
     }
 
     def __init__(self):
@@ -78,6 +84,7 @@ class Metrics:
             self._hists[name].setdefault(key, Histogram(buckets)).observe(value)
 
     def gauge(self, name: str, read: Callable[[], float]) -> None:
+        """A value read when the metrics are rendered (a gauge, or a counter kept elsewhere: its ``HELP`` kind)."""
         self._gauges[name] = read
 
     def value(self, name: str, **labels) -> float:

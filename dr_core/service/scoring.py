@@ -22,6 +22,7 @@ from dr_core.engines.base import Engine
 from dr_core.evaluator.generate import generate_rubrics
 from dr_core.evaluator.items import EvalItem, RubricSampling, ScoredRubric, StageStats
 from dr_core.evaluator.score import rubric_record, score_rubrics
+from dr_core.evaluator.verdict_cache import VerdictCache
 from dr_core.scoring.metrics import mean_or_none
 
 if TYPE_CHECKING:
@@ -95,9 +96,11 @@ def score_jobs(
     temperature: float = 0.7,
     max_tokens: int = 512,
     stats: dict[str, StageStats] | None = None,
+    cache: VerdictCache | None = None,
 ) -> list[ScoredSet]:
     """Score every job: rubrics (one generation call per distinct (rollouts, seed)), then one verification call.
-    ``stats``: filled with the cost of each stage ("generation", "verification")."""
+    ``stats``: filled with the cost of each stage ("generation", "verification"). ``cache``: verdicts held from
+    earlier batches are not asked again (``dr_core.evaluator.verdict_cache``)."""
     gen_stats = StageStats()
     items = [EvalItem(j.prompt, j.responses) for j in jobs]
     rubrics: list = [None] * len(jobs)
@@ -115,18 +118,27 @@ def score_jobs(
         gen_stats.merge(st)
         for i, g in zip(idx, gens):
             rubrics[i] = g
-    results, ver_stats = score_rubrics(verifier, items, rubrics)
+    results, ver_stats = score_rubrics(verifier, items, rubrics, cache)
     if stats is not None:
         stats.update(generation=gen_stats, verification=ver_stats)
     return [ScoredSet(j, r) for j, r in zip(jobs, results)]
 
 
 class Scorer:
-    """The engines behind the worker: ``score(jobs)`` is ``score_jobs`` with the service's rubric sampling, each
-    stage's seconds and tokens counted in ``metrics`` (failed batches too)."""
+    """The engines behind the worker: ``score(jobs)`` is ``score_jobs`` with the service's rubric sampling and verdict
+    cache, each stage's seconds and tokens counted in ``metrics`` (failed batches too)."""
 
-    def __init__(self, generator: Engine, verifier: Engine, *, temperature: float, max_tokens: int, metrics: Metrics):
-        self.generator, self.verifier, self.metrics = generator, verifier, metrics
+    def __init__(
+        self,
+        generator: Engine,
+        verifier: Engine,
+        *,
+        temperature: float,
+        max_tokens: int,
+        metrics: Metrics,
+        cache: VerdictCache | None = None,
+    ):
+        self.generator, self.verifier, self.metrics, self.cache = generator, verifier, metrics, cache
         self.temperature, self.max_tokens = temperature, max_tokens
 
     def score(self, jobs: Sequence[SetJob]) -> list[ScoredSet]:
@@ -139,6 +151,7 @@ class Scorer:
                 temperature=self.temperature,
                 max_tokens=self.max_tokens,
                 stats=stats,
+                cache=self.cache,
             )
         finally:
             for stage, st in stats.items():

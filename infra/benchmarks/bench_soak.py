@@ -8,8 +8,13 @@ each, closed loop) for ``--minutes`` (20). Each client picks, by a seeded RNG, o
   set; a new group id each time);
 - ``get_reward``: ``POST /get_reward``, an OpenRLHF batch of 4 queries of one prompt (one group, one set);
 - ``probe``: ``GET /health`` or ``GET /metrics``;
+- ``grpo``: a GRPO-like step, a group of ``POST /v1/rewards`` as ``rewards`` does, for one of ``GRPO_PROMPTS``
+  training prompts whose responses repeat across steps as at low temperature: each step sends one of
+  ``GRPO_VARIANTS`` response sets of its prompt (the first as drawn, the others with one response swapped), so the
+  same set comes back under a new group id and its verdicts can come from the service's verdict cache;
 - ``replay``: a request answered before, sent again whole (``/v1/score-set`` or one ``/v1/rewards`` member): it
-  must get the same answer and write no new rows; counted apart.
+  must get the same answer and write no new rows; counted apart. A ``/get_reward`` body sent before is also a
+  replay (its request ids come from the body), counted as one and checked against the first answer.
 
 The sets are distinct prompt/response spreads of ``dr_core/data/anchors_alpacaeval.jsonl``
 (``serve_harness.make_sets``, as ``bench_serve.py``'s), content reused, every request id and group id new: nothing
@@ -27,6 +32,9 @@ request (a ``/v1/score-set``, a ``/v1/rewards`` member, a ``/get_reward`` query;
 and ``scores`` one per response of an answered set (per rubric rollout for ``scores``), ``rewards`` one per set
 (and rollout), and for the ``/v1/score-set`` sets, whose answers carry the rubric and verdict matrix, ``rubrics``
 one per rubric item (one error row for a rollout with no rubric) and ``verdicts`` one per response and item.
+
+The verdict cache over the whole soak (``dr_verdict_cache_*`` from ``/metrics``): hits, misses, hit rate, and the
+time saved estimated as hits times the verification seconds per verdict asked.
 
 Goals (issue 28): 0 errors, p95 flat within 20 % (max / min of the post-warm-up windows' p95 <= 1.2), RSS growth
 under 5 % after warm-up, rows equal to answers. Each goal is printed met or MISSED; the exit code is 0 either way
@@ -54,7 +62,6 @@ import sys
 import tempfile
 import threading
 import time
-from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -66,9 +73,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_main_job import TreeRSS  # noqa: E402
 from serve_harness import (  # noqa: E402
     DATA,
+    GRPO_PROMPTS,
+    GRPO_VARIANTS,
     HTTP_TIMEOUT_S,
     READY_TIMEOUT_S,
     free_port,
+    grpo_sets,
     make_sets,
     read_metrics,
     result_head,
@@ -78,6 +88,7 @@ from serve_harness import (  # noqa: E402
 )
 from soak_report import (  # noqa: E402
     ROLLOUTS,
+    cache_stats,
     compare_rows,
     expected_rows,
     goals,
@@ -85,6 +96,7 @@ from soak_report import (  # noqa: E402
     p95_flatness,
     print_report,
     set_answer_rows,
+    store_counts,
     totals,
     window_stats,
 )
@@ -95,7 +107,7 @@ RUN_ID = "bench-soak"
 GROUP_SIZE = 4  # responses per set, /v1/rewards group_size and dr serve --group-size
 N_SETS = 96  # distinct (prompt, 4 responses) sets to draw from
 #: each client's pick per step (weights); replays fall back to a score-set until something was answered
-MIX = {"score-set": 0.35, "rewards": 0.25, "get_reward": 0.20, "probe": 0.15, "replay": 0.05}
+MIX = {"score-set": 0.30, "rewards": 0.20, "get_reward": 0.15, "grpo": 0.20, "probe": 0.10, "replay": 0.05}
 ERROR_BACKOFF_S = 1.0  # a client pauses after an error (a dead server is not hammered)
 
 
@@ -111,6 +123,8 @@ class Soak:
         self.records: list[dict] = []
         self.answered: list[dict] = []  # one per set answered: see expected_rows
         self.replayable: list[tuple[str, dict, dict]] = []  # (route, body, answer)
+        self.get_reward_sent: dict[str, dict | None] = {}  # body -> its first answer (None until answered)
+        self.grpo_sets = grpo_sets(sets)
         self.server_died: str | None = None
 
     def now(self) -> float:
@@ -196,21 +210,26 @@ class Soak:
             "prompts": [s["prompt"]] * len(responses),
             "labels": [""] * len(responses),
         }
-        rec, ans = self.call(http, "get_reward", "POST", "/get_reward", body)
+        key = json.dumps(body, sort_keys=True)
+        with self.lock:
+            again = key in self.get_reward_sent
+            self.get_reward_sent.setdefault(key, None)
+        rec, ans = self.call(http, "replay" if again else "get_reward", "POST", "/get_reward", body)
         if rec["error"] is None:
-            rec["sets"] = 1
             if len(ans.get("rewards") or []) != len(responses):
                 rec["error"] = f"{len(ans.get('rewards') or [])} rewards for {len(responses)} queries"
             with self.lock:
-                self.answered.append(
-                    {
-                        "op": "get_reward",
-                        "members": len(responses),
-                        "responses": len(responses),
-                        "set_id": None,
-                        "answer_rows": None,
-                    }
-                )
+                first = self.get_reward_sent[key]
+                if first is None:
+                    self.get_reward_sent[key] = ans
+                elif ans != first:
+                    rec["error"] = "replay_mismatch"
+                if not again:
+                    rec["sets"] = 1
+                    self.answered.append(
+                        {"op": "get_reward", "members": len(responses), "responses": len(responses)}
+                        | {"set_id": None, "answer_rows": None}
+                    )
         return [rec]
 
     def replay(self, http, rng: random.Random) -> list[dict] | None:
@@ -244,6 +263,8 @@ class Soak:
                     recs = self.rewards(http, pool, s, f"{tag}-g")
                 elif op == "get_reward":
                     recs = self.get_reward(http, s)
+                elif op == "grpo":
+                    recs = self.rewards(http, pool, self.grpo_sets[rng.randrange(len(self.grpo_sets))], f"{tag}-g")
                 elif op == "probe":
                     route = rng.choice(("/health", "/metrics"))
                     recs = [self.call(http, route.lstrip("/"), "GET", route)[0]]
@@ -265,30 +286,6 @@ class Soak:
         for t in threads:
             t.join()
         return self.now()
-
-
-# -- the store -------------------------------------------------------------------------------------------------------
-def store_counts(store_dir: Path, score_set_ids: set[int]) -> dict:
-    """What the service left in the store (read after it stopped): rows per table of run ``RUN_ID``, the requests by
-    route, distinct request ids and set ids, and the rubrics / verdicts rows of the score-set sets."""
-    from dr_core.service.ledger import COMMIT_TABLE, LINEAGE_TABLES, ROUND
-    from dr_core.store.artifacts import Store
-
-    store = Store.from_url(str(store_dir))
-    got: dict = {}
-    for table in (COMMIT_TABLE, *LINEAGE_TABLES):
-        t = store.read_table(table, run_id=RUN_ID, round=ROUND)
-        got[table] = t.num_rows
-        if table in ("rubrics", "verdicts"):
-            got[f"{table}:score-set"] = sum(1 for x in t.column("set_id").to_pylist() if x in score_set_ids)
-        if table == COMMIT_TABLE:
-            routes = Counter(t.column("route").to_pylist())
-            got.update({f"requests:{k}": v for k, v in routes.items()})
-            got["request_ids"] = len(set(t.column("request_id").to_pylist()))
-        if table == "samples":
-            got["set_ids"] = set(t.column("set_id").to_pylist())
-            got["sets"] = len(got["set_ids"])
-    return got
 
 
 # -- main ------------------------------------------------------------------------------------------------------------
@@ -380,7 +377,7 @@ def count_rows(soak: Soak, store: Path, exit_code) -> tuple[list[dict] | None, s
     try:
         score_set_ids = {a["set_id"] for a in soak.answered if a["op"] == "score-set"}
         known = {a["set_id"] for a in soak.answered if a["set_id"] is not None}
-        rows = compare_rows(expected_rows(soak.answered), store_counts(store, score_set_ids), known)
+        rows = compare_rows(expected_rows(soak.answered), store_counts(store, RUN_ID, score_set_ids), known)
     except Exception as exc:  # noqa: BLE001 - reported, not raised: the soak's numbers stand
         rows, rows_note = None, f"reading the store failed: {type(exc).__name__}: {exc}"
     return rows, rows_note
@@ -408,6 +405,8 @@ def summarize(args, env, soak: Soak, ready, ready_s, rss, soak_wall, metrics, ex
         "clients": args.clients,
         "seed": args.seed,
         "mix": MIX,
+        "grpo_prompts": GRPO_PROMPTS,
+        "grpo_variants": GRPO_VARIANTS,
         "group_size": GROUP_SIZE,
         "rubric_rollouts": ROLLOUTS,
         "rss_interval_s": args.rss_interval,
@@ -431,6 +430,7 @@ def summarize(args, env, soak: Soak, ready, ready_s, rss, soak_wall, metrics, ex
         "rows_note": rows_note,
         "goals": goals(len(errors), flat, memory, rows),
         "server_metrics": server_side,
+        "verdict_cache": cache_stats(metrics),
         "error_samples": [{k: r[k] for k in ("op", "route", "status", "error")} for r in errors[:20]],
         "server_log_tail": tail(log_path, 20).splitlines() if errors or soak.server_died else [],
         "soak_wall_s": round(soak_wall, 1),

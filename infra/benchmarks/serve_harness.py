@@ -27,6 +27,9 @@ def result_head(name: str, config: dict) -> dict:
     return {"benchmark": name, "command": " ".join([Path(sys.executable).name] + sys.argv), "config": config}
 
 
+GRPO_PROMPTS, GRPO_VARIANTS = 8, 3  # bench_soak's GRPO-like steps: training prompts, and response sets of each
+
+
 def make_sets(n: int, k: int) -> list[dict]:
     """n distinct sets (prompt + k responses): each prompt once with k responses spread over its ranking, then
     again with the next spread (shifted by one) if more sets are needed."""
@@ -140,3 +143,16 @@ def percentile(xs: list[float], q: float) -> float | None:
 
 def fmt(v, spec: str) -> str:
     return "n/a" if v is None else format(v, spec)
+
+
+def grpo_sets(sets: list[dict]) -> list[dict]:
+    """The GRPO-like steps' response sets: ``GRPO_VARIANTS`` per training prompt (the first ``GRPO_PROMPTS`` sets),
+    the first as drawn and each other with one response swapped for one of another set's."""
+    out = []
+    for i, s in enumerate(sets[:GRPO_PROMPTS]):
+        for v in range(GRPO_VARIANTS):
+            responses = list(s["responses"])
+            if v:
+                responses[v % len(responses)] = sets[(i + v * GRPO_PROMPTS) % len(sets)]["responses"][0]
+            out.append({"prompt": s["prompt"], "responses": responses})
+    return out

@@ -270,6 +270,13 @@ def print_report(result: dict) -> None:
         f"totals: {t['sets']} sets, {t['scoring_requests']} scoring requests, {t['probes']} probes, {t['replays']} "
         f"replays ({t['replay_mismatches']} answered differently), {t['errors']} errors ({t['error_statuses']})"
     )
+    vc = result.get("verdict_cache") or {}
+    if vc.get("hits") is not None:
+        print(
+            f"verdict cache: {vc['hits']} hits, {vc['misses']} misses (hit rate {fmt(vc['hit_rate'], '.3f')}), "
+            f"{vc['entries']} held; about {fmt(vc['saved_s_estimate'], '.0f')} s of verification saved "
+            f"({fmt(vc['s_per_verdict_asked'], '.4f')} s per verdict asked)"
+        )
     if result["rows"] is not None:
         print()
         print(
@@ -297,3 +304,46 @@ def print_report(result: dict) -> None:
         f"engine start-up {result['startup_s']:.1f} s; soak {result['soak_wall_s']:.1f} s (drain included); "
         f"total wall {result['total_wall_s']:.1f} s; server exit code {result['server_exit_code']}"
     )
+
+
+def cache_stats(metrics: dict) -> dict:
+    """The verdict cache over the soak: hits, misses, hit rate, and the time saved (hits times the verification
+    seconds per verdict asked: an estimate)."""
+    hits, misses = metrics.get("dr_verdict_cache_hits_total"), metrics.get("dr_verdict_cache_misses_total")
+    if hits is None or misses is None:
+        return {"hits": None, "misses": None, "hit_rate": None, "note": "no dr_verdict_cache series: cache off"}
+    verify_s = metrics.get("dr_stage_seconds_total:verification", 0.0)
+    per = verify_s / misses if misses else None
+    return {
+        "hits": int(hits),
+        "misses": int(misses),
+        "hit_rate": round(hits / (hits + misses), 4) if hits + misses else None,
+        "entries": int(metrics.get("dr_verdict_cache_entries", 0)),
+        "verification_s": round(verify_s, 1),
+        "s_per_verdict_asked": None if per is None else round(per, 5),
+        "saved_s_estimate": None if per is None else round(hits * per, 1),
+    }
+
+
+# -- the store -------------------------------------------------------------------------------------------------------
+def store_counts(store_dir, run_id: str, score_set_ids: set[int]) -> dict:
+    """What the service left in the store (read after it stopped): rows per table of run ``run_id``, the requests by
+    route, distinct request ids and set ids, and the rubrics / verdicts rows of the score-set sets."""
+    from dr_core.service.ledger import COMMIT_TABLE, LINEAGE_TABLES, ROUND
+    from dr_core.store.artifacts import Store
+
+    store = Store.from_url(str(store_dir))
+    got: dict = {}
+    for table in (COMMIT_TABLE, *LINEAGE_TABLES):
+        t = store.read_table(table, run_id=run_id, round=ROUND)
+        got[table] = t.num_rows
+        if table in ("rubrics", "verdicts"):
+            got[f"{table}:score-set"] = sum(1 for x in t.column("set_id").to_pylist() if x in score_set_ids)
+        if table == COMMIT_TABLE:
+            routes = Counter(t.column("route").to_pylist())
+            got.update({f"requests:{k}": v for k, v in routes.items()})
+            got["request_ids"] = len(set(t.column("request_id").to_pylist()))
+        if table == "samples":
+            got["set_ids"] = set(t.column("set_id").to_pylist())
+            got["sets"] = len(got["set_ids"])
+    return got

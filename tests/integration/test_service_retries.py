@@ -129,3 +129,42 @@ def test_a_client_retrying_every_batch_three_times_under_a_slow_engine_scores_ea
     assert all(len({json.dumps(a, sort_keys=True) for a in v}) == 1 for v in got.values())  # one answer per body
     assert len(requests) == 32 and len({r["request_id"] for r in requests}) == 32
     assert len(sets) == 16 and set(sets.values()) == {1}  # 16 groups, each scored into one set id
+
+
+def _metric(c: httpx.Client, name: str) -> float | None:
+    values = [float(x.rsplit(" ", 1)[1]) for x in c.get("/metrics").text.splitlines() if x.startswith(name + " ")]
+    return values[0] if values else None
+
+
+def test_the_verdict_cache_answers_a_repeated_set_and_changes_no_answer(tmp_path, scripted):
+    """The same set under two request ids: the second asks the engines for its rubric only (its verdicts are hits);
+    a service with the cache off gives the same answers."""
+    body = {"prompt": "Name a prime number.", "responses": ["7", "Nine.", "2 is prime."], "rubric_rollouts": 2}
+
+    def answers(work, *args) -> tuple[list[dict], dict]:
+        work.mkdir()
+        srv = ServeProcess(
+            work,
+            store=work / "store",
+            engines=engines_file(work / "engines.yaml", scripted.base_url),
+            args=args,
+        )
+        got, seen = [], {}
+        with srv, srv.client() as c:
+            for rid in ("first", "second"):
+                asked = scripted.counts["requests"]
+                r = c.post("/v1/score-set", json={**body, "request_id": rid})
+                assert r.status_code == 200, r.text
+                got.append({k: v for k, v in r.json().items() if k not in ("request_id", "set_id", "rubric_id")})
+                seen[rid] = (scripted.counts["requests"] - asked, _metric(c, "dr_verdict_cache_hits_total"))
+            seen["misses"] = _metric(c, "dr_verdict_cache_misses_total")
+        return got, seen
+
+    scripted.reset()
+    (on1, on2), on = answers(tmp_path / "on")
+    (off1, off2), off = answers(tmp_path / "off", "--verdict-cache-entries", "0")
+    assert on1 == on2 == off1 == off2  # rubrics, verdicts, scores, R_disc
+    checks = sum(len(r["rubric"]) * len(body["responses"]) for r in on1["rubrics"])
+    assert on["first"][1] == 0 and on["second"][1] == on["misses"] == checks  # every verdict of the repeat a hit
+    assert on["second"][0] == 2 < on["first"][0]  # the repeat asked for its two rubrics only
+    assert off["first"][0] == off["second"][0] and off["second"][1] is None  # off: asked again, no cache series

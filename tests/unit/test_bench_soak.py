@@ -139,3 +139,19 @@ def test_defaults(soak):
     assert soak.parse_args(["--window-minutes", "0.5"]).warmup_minutes == 0.5
     with pytest.raises(SystemExit):
         soak.parse_args(["--minutes", "2", "--warmup-minutes", "2"])
+
+
+def test_grpo_steps_repeat_a_few_sets_per_prompt(soak):
+    sets = [{"prompt": f"p{i}", "responses": [f"r{i}.{k}" for k in range(4)]} for i in range(40)]
+    steps = soak.grpo_sets(sets)
+    assert len(steps) == soak.GRPO_PROMPTS * soak.GRPO_VARIANTS
+    assert {s["prompt"] for s in steps} == {f"p{i}" for i in range(soak.GRPO_PROMPTS)}
+    assert len({(s["prompt"], tuple(s["responses"])) for s in steps}) == len(steps)  # the variants differ
+    assert all(sum(a != b for a, b in zip(s["responses"], sets[int(s["prompt"][1:])]["responses"])) <= 1 for s in steps)
+
+
+def test_cache_stats_from_the_metrics(soak):
+    m = {"dr_verdict_cache_hits_total": 30.0, "dr_verdict_cache_misses_total": 10.0, "dr_verdict_cache_entries": 10.0}
+    got = soak.cache_stats({**m, "dr_stage_seconds_total:verification": 2.0})
+    assert (got["hit_rate"], got["s_per_verdict_asked"], got["saved_s_estimate"]) == (0.75, 0.2, 6.0)
+    assert soak.cache_stats({})["hit_rate"] is None  # the cache off: said, not a 0
