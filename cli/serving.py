@@ -29,6 +29,8 @@ _HELP = {
     "max-responses": "most responses in one set (/v1/score-set) or group (group_size); 422 above",
     "max-queries": "/get_reward (OpenRLHF): most queries in one request; 422 above",
     "max-text-chars": "longest prompt or response, in characters; 422 above",
+    "answers-in-memory": "answers kept in memory for replays (the most recent); older ones are read back from the "
+    "store when their request id comes again",
     "verdict-cache-entries": "verdicts held across requests, so the same criterion on the same response is asked "
     "once (about 150 bytes each, least recently used evicted); 0: off",
 }
@@ -54,6 +56,7 @@ def serve(
     max_responses: int = typer.Option(64, "--max-responses", help=_HELP["max-responses"]),
     max_queries: int = typer.Option(4096, "--max-queries", help=_HELP["max-queries"]),
     max_text_chars: int = typer.Option(32_000, "--max-text-chars", help=_HELP["max-text-chars"]),
+    answers_in_memory: int = typer.Option(10_000, "--answers-in-memory", help=_HELP["answers-in-memory"]),
     verdict_cache_entries: int = typer.Option(500_000, "--verdict-cache-entries", help=_HELP["verdict-cache-entries"]),
     access_log: bool = typer.Option(False, "--access-log", help="log every request line (never headers)"),
     verbose: bool = typer.Option(False, "--verbose", envvar="DR_VERBOSE", help=VERBOSE_HELP),
@@ -72,7 +75,6 @@ def serve(
     from dr_core.service.server import serve as run_service
 
     check_exposure(host, token_file, insecure_no_token)  # first: a refused address is one line, nothing read or bound
-
     settings = ServiceSettings(
         run_id=run_id,
         group_size=group_size,
@@ -86,6 +88,7 @@ def serve(
         max_queries=max_queries,
         max_text_chars=max_text_chars,
         verdict_cache_entries=verdict_cache_entries,
+        answers_in_memory=answers_in_memory,
     )
     roles, source = command_roles(preset, engines_file(engines, config))
     said = _after_checks(engines_line(roles, source, ("generator", "verifier")))

@@ -80,3 +80,10 @@ class ServiceSettings(BaseModel):
         description="verdicts held across requests (the same criterion on the same response is asked once; about "
         "150 bytes each, least recently used evicted); 0 turns the cache off",
     )
+    answers_in_memory: int = Field(
+        10_000,
+        ge=1,
+        le=10_000_000,
+        description="answers kept in memory for replays, the most recent; an older one is read back from its batch's "
+        "requests part when its request id comes again (per request id the ledger keeps a few hundred bytes)",
+    )

@@ -70,7 +70,9 @@ class Service:
         self._open_engines, self._close_engines = open_engines, close_engines
         self._token = token.encode() if token else None
         self.metrics = Metrics()
-        self.ledger = Ledger(store, settings.run_id, log, metrics=self.metrics)
+        self.ledger = Ledger(
+            store, settings.run_id, log, metrics=self.metrics, recent_answers=settings.answers_in_memory
+        )
         self.batcher: Batcher | None = None
         self.collector: GroupCollector | None = None
         self.generator_name: str | None = None

@@ -5,9 +5,14 @@ it is given (it makes no answer). The intake reads ``get`` (replays) and ``group
 
 Commit protocol of a batch (``commit``): its rows go to ``samples``, ``rubrics``, ``verdicts``, ``scores`` and
 ``rewards`` as one part file each, named by the batch; the ``requests`` part of the same name is written last and
-is the commit record. At start (``open``) the ledger reads every ``requests`` row of its run id (answers, groups
-scored) and removes the parts of batches that have no ``requests`` part (a process killed mid-batch), so a set is
-stored once: the clients' retries score it again, into the same set id.
+is the commit record. At start (``open``) the ledger reads every ``requests`` row of its run id (request ids with
+their fingerprints, groups and batches; the groups scored) and removes the parts of batches that have no
+``requests`` part (a process killed mid-batch), so a set is stored once: the clients' retries score it again, into
+the same set id.
+
+Memory: per request id answered, its fingerprint, group and batch name (a few hundred bytes); the answers themselves
+only for the ``recent_answers`` most recently given or replayed. An older answer is read back from its batch's
+``requests`` part when it is asked for again (one small file).
 
 One service process per run id: the sweep would remove another live writer's parts in progress.
 """
@@ -19,9 +24,10 @@ import json
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Callable, NamedTuple, Sequence
 
 from dr_core.constants import UNSCORABLE
 from dr_core.store.artifacts import Store
@@ -47,13 +53,29 @@ class Answered:
     group_id: str | None
 
 
+class _Entry(NamedTuple):
+    fingerprint: str
+    group_id: str | None
+    batch: str  # the part that holds its answer
+
+
 class Ledger:
     """Answers by request id, and the group ids already scored. Thread-safe. ``metrics``: the seconds each commit
-    spends writing are counted (``dr_stage_seconds_total``, stage ``store``)."""
+    spends writing are counted (``dr_stage_seconds_total``, stage ``store``). ``recent_answers``: answers kept in
+    memory (older ones are read back from the store)."""
 
-    def __init__(self, store: Store, run_id: str, log: Log = lambda _m: None, metrics: Metrics | None = None):
+    def __init__(
+        self,
+        store: Store,
+        run_id: str,
+        log: Log = lambda _m: None,
+        metrics: Metrics | None = None,
+        recent_answers: int = 10_000,
+    ):
         self.store, self.run_id, self.log, self.metrics = store, run_id, log, metrics
-        self._answers: dict[str, Answered] = {}
+        self.recent_answers = recent_answers
+        self._index: dict[str, _Entry] = {}
+        self._recent: OrderedDict[str, dict] = OrderedDict()
         self._groups: set[str] = set()
         self._lock = threading.Lock()
         self.swept: list[str] = []
@@ -74,25 +96,44 @@ class Ledger:
                 "that did not commit (their requests are answered again when retried)"
             )
         t = self.store.read_table(COMMIT_TABLE, **keys)
-        for row in t.select(["request_id", "fingerprint", "group_id", "answer_json"]).to_pylist():
-            self._answers[row["request_id"]] = Answered(
-                json.loads(row["answer_json"]), row["fingerprint"], row["group_id"]
-            )
+        batches: dict[str, str] = {}  # one string per batch name
+        for row in t.select(["request_id", "fingerprint", "group_id", "batch"]).to_pylist():
+            batch = batches.setdefault(row["batch"], row["batch"])
+            self._index[row["request_id"]] = _Entry(row["fingerprint"], row["group_id"], batch)
             if row["group_id"] is not None:
                 self._groups.add(row["group_id"])
         return self
 
     # -- lookups ----------------------------------------------------------------------------------------------
     def get(self, request_id: str) -> Answered | None:
+        """The answer given to ``request_id`` (None: none was), from memory or read back from its batch's part."""
         with self._lock:
-            return self._answers.get(request_id)
+            entry = self._index.get(request_id)
+            if entry is None:
+                return None
+            answer = self._recent.get(request_id)
+            if answer is not None:
+                self._recent.move_to_end(request_id)
+        if answer is None:
+            part = self.store.read(self.store.uri_for(COMMIT_TABLE, entry.batch, run_id=self.run_id, round=ROUND))
+            rows = part.select(["request_id", "answer_json"]).to_pylist()
+            answer = json.loads(next(r["answer_json"] for r in rows if r["request_id"] == request_id))
+            with self._lock:
+                self._remember(request_id, answer)
+        return Answered(answer, entry.fingerprint, entry.group_id)
+
+    def _remember(self, request_id: str, answer: dict) -> None:
+        self._recent[request_id] = answer
+        self._recent.move_to_end(request_id)
+        while len(self._recent) > self.recent_answers:
+            self._recent.popitem(last=False)
 
     def group_scored(self, group_id: str) -> bool:
         with self._lock:
             return group_id in self._groups
 
     def __len__(self) -> int:
-        return len(self._answers)
+        return len(self._index)
 
     # -- commit -----------------------------------------------------------------------------------------------
     def commit(self, scored: Sequence[ScoredSet], answered: dict[str, dict], generator: str, verifier: str) -> None:
@@ -108,7 +149,8 @@ class Ledger:
         fp = {m.request_id: (m.fingerprint, m.group_id) for s in scored for m in s.job.members}
         with self._lock:
             for rid, ans in answered.items():
-                self._answers[rid] = Answered(ans, *fp[rid])
+                self._index[rid] = _Entry(*fp[rid], batch)
+                self._remember(rid, ans)
                 if fp[rid][1] is not None:
                     self._groups.add(fp[rid][1])
 

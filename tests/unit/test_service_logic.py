@@ -243,6 +243,19 @@ def test_commit_writes_lineage_then_requests_and_a_new_ledger_replays(tmp_path):
     assert again.get("a").answer == answered["a"] and again.get("a").fingerprint == "fp-a" and not again.swept
 
 
+def test_the_ledger_keeps_only_its_recent_answers_in_memory_and_reads_older_ones_back(tmp_path):
+    store = Store.from_url(str(tmp_path / "st"))
+    led = Ledger(store, "svc", recent_answers=2).open()
+    answered = {}
+    for k in "abcde":
+        answered |= _commit(led, _scored((f"set:{k}",)), "g", "v")
+    assert list(led._recent) == ["d", "e"] and len(led) == 5  # every request id known, two answers held
+    assert [led.get(k).answer for k in "abcde"] == [answered[k] for k in "abcde"]  # a-c read back from the store
+    assert list(led._recent) == ["d", "e"] and led.get("zz") is None
+    reopened = Ledger(store, "svc", recent_answers=2).open()
+    assert not reopened._recent and reopened.get("a").answer == answered["a"] and reopened.get("a").fingerprint
+
+
 def test_open_sweeps_batches_that_never_committed(tmp_path, monkeypatch):
     store = Store.from_url(str(tmp_path / "st"))
     led = Ledger(store, "svc").open()
