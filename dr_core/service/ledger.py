@@ -114,11 +114,14 @@ class Ledger:
             answer = self._recent.get(request_id)
             if answer is not None:
                 self._recent.move_to_end(request_id)
-        if answer is None:
+        if answer is None:  # read back: the whole batch's answers are remembered (a retried batch asks for them all)
             part = self.store.read(self.store.uri_for(COMMIT_TABLE, entry.batch, run_id=self.run_id, round=ROUND))
-            rows = part.select(["request_id", "answer_json"]).to_pylist()
-            answer = json.loads(next(r["answer_json"] for r in rows if r["request_id"] == request_id))
+            rows = {r["request_id"]: r["answer_json"] for r in part.select(["request_id", "answer_json"]).to_pylist()}
+            answer = json.loads(rows.pop(request_id))
             with self._lock:
+                for rid, text in rows.items():
+                    if rid not in self._recent:
+                        self._remember(rid, json.loads(text))
                 self._remember(request_id, answer)
         return Answered(answer, entry.fingerprint, entry.group_id)
 

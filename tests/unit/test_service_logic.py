@@ -353,3 +353,14 @@ def test_the_client_file_alone_fills_unscorable_rewards_as_the_service_does(tmp_
     out = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == [list(map(list, fill_unscorable(c))) for c in cases]
+
+
+def test_an_answer_read_back_brings_its_whole_batch_back_in_one_read(tmp_path, monkeypatch):
+    store = Store.from_url(str(tmp_path / "st"))
+    led = Ledger(store, "svc", recent_answers=3).open()
+    both = _commit(led, _scored(("set:x", "set:y")), "g", "v")
+    for k in "abc":
+        _commit(led, _scored((f"set:{k}",)), "g", "v")
+    reads = []
+    monkeypatch.setattr(store, "read", lambda uri, _read=store.read: reads.append(uri) or _read(uri))
+    assert [led.get("x").answer, led.get("y").answer] == [both["x"], both["y"]] and len(reads) == 1
