@@ -18,8 +18,9 @@ a recomputation, not a crash; these blocks make sure it cannot happen in the fir
 Prefect accepts a block as a task's ``result_storage`` only once it is saved on the API server (``Task.__init__``
 refuses an unsaved one), so ``storage_for`` saves it under a name derived from its base path (``dr-results-<hash>``;
 the document holds no credentials: s3fs reads them from the environment at run time) and returns it. Saving also
-registers the block type with the server. A process that reads a result through the block's id (another process, a
-Ray worker) needs this module imported, which ``tasks.runtime`` does.
+registers the block type with the server (saved again if another process registered it at the same moment: Prefect
+reads, then creates, so one of two concurrent first saves is refused). A process that reads a result through the
+block's id (another process, a Ray worker) needs this module imported, which ``tasks.runtime`` does.
 """
 
 from __future__ import annotations
@@ -28,11 +29,14 @@ import hashlib
 from pathlib import Path
 
 from prefect._internal.compatibility.async_dispatch import async_dispatch
+from prefect.exceptions import ObjectAlreadyExists
 from prefect.filesystems import LocalFileSystem, RemoteFileSystem
 from prefect.utilities.asyncutils import run_sync_in_worker_thread
 
 from dr_core.store.atomic import write_atomic
 
+#: How many times ``storage_for`` saves its block when another process registers the same block type meanwhile.
+SAVE_ATTEMPTS = 3
 #: The dr_core.faults point half-way through a result's temp file (qualifier: the record's key, its file name).
 FAULT_POINT = "result-write"
 
@@ -89,5 +93,14 @@ def storage_for(basepath: str | Path, settings: dict | None = None):
     else:
         block = AtomicLocalFileSystem(basepath=base)
     name = "dr-results-" + hashlib.sha256(str(block.basepath).encode()).hexdigest()[:12]
-    block.save(name, overwrite=True, _sync=True)  # explicit: also from an async caller
+    for attempt in range(SAVE_ATTEMPTS):
+        try:
+            block.save(name, overwrite=True, _sync=True)  # explicit: also from an async caller
+            return block
+        except ObjectAlreadyExists:
+            # Prefect registers a block type and schema by read-then-create: two processes saving at once on one
+            # API server (two runs on one machine share its embedded server's database) both read "absent", and
+            # the second create is refused. Saving again reads what the other process created.
+            if attempt == SAVE_ATTEMPTS - 1:
+                raise
     return block
