@@ -33,6 +33,8 @@ _HELP = {
     "store when their request id comes again",
     "verdict-cache-entries": "verdicts held across requests, so the same criterion on the same response is asked "
     "once (about 150 bytes each, least recently used evicted); 0: off",
+    "memory-trim-interval": "seconds between malloc_trim(0) calls, giving memory a batch freed back to the system "
+    "(glibc keeps it otherwise); 0: off",
 }
 
 
@@ -58,6 +60,7 @@ def serve(
     max_text_chars: int = typer.Option(32_000, "--max-text-chars", help=_HELP["max-text-chars"]),
     answers_in_memory: int = typer.Option(10_000, "--answers-in-memory", help=_HELP["answers-in-memory"]),
     verdict_cache_entries: int = typer.Option(500_000, "--verdict-cache-entries", help=_HELP["verdict-cache-entries"]),
+    memory_trim_interval: float = typer.Option(30.0, "--memory-trim-interval", help=_HELP["memory-trim-interval"]),
     access_log: bool = typer.Option(False, "--access-log", help="log every request line (never headers)"),
     verbose: bool = typer.Option(False, "--verbose", envvar="DR_VERBOSE", help=VERBOSE_HELP),
 ) -> None:
@@ -68,6 +71,7 @@ def serve(
     'service'; `dr query why_reward -p request_id=...` says why a response got its reward. On an address other
     machines can reach it needs --token-file (or --insecure-no-token); request sizes are bounded by --max-* options.
     """
+    options = dict(locals())  # first: the command's options, by name
     quiet.apply(verbose)  # before torch and vLLM load
     from dr_core.config.presets import engines_line
     from dr_core.config.service import ServiceSettings
@@ -75,20 +79,12 @@ def serve(
     from dr_core.service.server import serve as run_service
 
     check_exposure(host, token_file, insecure_no_token)  # first: a refused address is one line, nothing read or bound
+    named = {k: v for k, v in options.items() if k in ServiceSettings.model_fields}  # same name, same meaning
     settings = ServiceSettings(
-        run_id=run_id,
-        group_size=group_size,
+        **named,
         group_timeout_s=group_timeout,
-        rubric_rollouts=rubric_rollouts,
-        batching=batching,
-        max_batch_sets=max_batch_sets,
         batch_wait_s=batch_wait_ms / 1000.0,
-        max_body_bytes=max_body_bytes,
-        max_responses=max_responses,
-        max_queries=max_queries,
-        max_text_chars=max_text_chars,
-        verdict_cache_entries=verdict_cache_entries,
-        answers_in_memory=answers_in_memory,
+        memory_trim_interval_s=memory_trim_interval,
     )
     roles, source = command_roles(preset, engines_file(engines, config))
     said = _after_checks(engines_line(roles, source, ("generator", "verifier")))

@@ -87,3 +87,9 @@ class ServiceSettings(BaseModel):
         description="answers kept in memory for replays, the most recent; an older one is read back from its batch's "
         "requests part when its request id comes again (per request id the ledger keeps a few hundred bytes)",
     )
+    memory_trim_interval_s: float = Field(
+        30.0,
+        ge=0,
+        description="seconds between malloc_trim(0) calls, which give the memory a batch freed back to the system "
+        "(glibc keeps it otherwise, and the resident set ratchets up to the largest batch seen); 0 turns it off",
+    )

@@ -28,6 +28,7 @@ from dr_core.service.batcher import Batcher, count_batch
 from dr_core.service.errors import BadRequest, BatchIncomplete, GroupIncomplete, TooManyGroups, Unavailable
 from dr_core.service.groups import GroupCollector, count_timeout, submit_group
 from dr_core.service.ledger import Ledger, prompt_id
+from dr_core.service.memory import Trimmer, resident_bytes
 from dr_core.service.metrics import Metrics
 from dr_core.service.scoring import Member, Scorer, SetJob
 from dr_core.store.artifacts import Store
@@ -86,6 +87,13 @@ class Service:
         self._verify_groups: dict[str, str] = {}  # /verify: group key -> the group id collecting it now
         self.metrics.gauge("dr_queue_depth", self.queue_depth)
         self.metrics.gauge("dr_open_groups", self.open_groups)
+        self.metrics.gauge("dr_resident_bytes", lambda: resident_bytes() or 0)
+        self.trimmer = Trimmer(settings.memory_trim_interval_s, log) if settings.memory_trim_interval_s else None
+        if self.trimmer is not None and self.trimmer.available:
+            t = self.trimmer
+            self.metrics.gauge("dr_memory_trims_total", lambda: t.trims)
+            self.metrics.gauge("dr_memory_trimmed_bytes_total", lambda: t.released_bytes)
+            self.metrics.gauge("dr_resident_after_trim_bytes", lambda: t.last.get("rss_after") or 0)
 
     # -- life cycle -------------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -95,6 +103,8 @@ class Service:
             if self.settings.batching == "continuous":
                 generator, verifier = self._concurrent(generator, verifier)
             self.batcher = self._worker(generator, verifier).start()
+            if self.trimmer is not None:
+                self.trimmer.start()
             self.collector = self._collector(self.batcher)
             self.generator_name, self.verifier_name = generator.model_name, verifier.model_name
             self.ready.set()
@@ -166,6 +176,8 @@ class Service:
         )
 
     def stop(self) -> None:
+        if self.trimmer is not None:
+            self.trimmer.close()
         if self.batcher is not None:
             self.batcher.close()
         self._close_engines()

@@ -14,6 +14,10 @@ library: a handful of series, thread-safe, rendered on request.
     dr_verdict_cache_hits_total         verdicts answered from the verdict cache (not asked of the verifier)
     dr_verdict_cache_misses_total       verdicts the cache did not hold (asked of the verifier)
     dr_verdict_cache_entries            verdicts the cache holds (at most --verdict-cache-entries)
+    dr_resident_bytes                   the process's resident set now (RSS)
+    dr_memory_trims_total               malloc_trim calls (--memory-trim-interval)
+    dr_memory_trimmed_bytes_total       resident bytes those calls gave back to the system
+    dr_resident_after_trim_bytes        the resident set right after the last trim: the live memory's level
 """
 
 from __future__ import annotations
@@ -63,6 +67,10 @@ class Metrics:
         "dr_verdict_cache_hits_total": ("counter", "Verdicts answered from the verdict cache."),
         "dr_verdict_cache_misses_total": ("counter", "Verdicts the verdict cache did not hold (asked)."),
         "dr_verdict_cache_entries": ("gauge", "Verdicts the verdict cache holds (at most --verdict-cache-entries)."),
+        "dr_resident_bytes": ("gauge", "Resident set of the dr serve process (RSS), bytes."),
+        "dr_memory_trims_total": ("counter", "malloc_trim calls (--memory-trim-interval)."),
+        "dr_memory_trimmed_bytes_total": ("counter", "Resident bytes given back to the system by malloc_trim."),
+        "dr_resident_after_trim_bytes": ("gauge", "Resident set right after the last malloc_trim, bytes."),
     }
 
     def __init__(self):

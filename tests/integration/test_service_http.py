@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 import pytest
 
 from dr_core.service.clients import _post
+from dr_core.service.memory import find_malloc_trim
 from dr_core.store.artifacts import Store
 from tests.support.scripted_server import ScriptedServer
 from tests.support.serve_proc import ROOT, ServeProcess, engines_file
@@ -42,7 +43,8 @@ def served(scripted, tmp_path_factory):
         work,
         store=work / "store",
         engines=engines_file(work / "engines.yaml", scripted.base_url),
-        args=("--token-file", str(work / "token"), "--group-timeout", "3", "--group-size", "2"),
+        args=("--token-file", str(work / "token"), "--group-timeout", "3", "--group-size", "2")
+        + ("--memory-trim-interval", "0.2"),
     )
     with srv:
         yield srv
@@ -325,6 +327,18 @@ def test_metrics_are_prometheus_text(client):
         assert name in text, name
     assert "# TYPE dr_request_seconds histogram" in text
     assert 'dr_requests_total{route="/v1/score-set",status="200"}' in text
+
+
+@pytest.mark.skipif(find_malloc_trim() is None, reason="this C library has no malloc_trim")
+def test_the_process_trims_its_memory_and_shows_its_resident_set(client):
+    assert _metric(client, "dr_resident_bytes") > 20 * 2**20  # a Python process with FastAPI loaded
+    deadline = time.monotonic() + 30
+    while _metric(client, "dr_memory_trims_total") < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _metric(client, "dr_memory_trims_total") >= 2  # every 0.2 s (--memory-trim-interval)
+    after = _metric(client, "dr_resident_after_trim_bytes")
+    assert 20 * 2**20 < after <= _metric(client, "dr_resident_bytes") * 1.5
+    assert _metric(client, "dr_memory_trimmed_bytes_total") >= 0
 
 
 def test_why_reward_query_explains_a_reward(client, served):

@@ -120,11 +120,11 @@ def test_rows_expected_of_the_answers(soak):
 
 def test_goals(soak):
     flat = {"ratio": 1.1}
-    mem = {"rss_growth_pct": 2.0}
+    mem = {"rss_growth_pct": 10.0}
     met = soak.goals(0, flat, mem, [{"expected": 3, "equal": True}])
     assert [g["met"] for g in met] == [True, True, True, True]
     rows = [{"expected": 3, "equal": True}, {"expected": 3, "equal": False}]
-    missed = soak.goals(3, {"ratio": 1.3}, {"rss_growth_pct": 5.0}, rows)
+    missed = soak.goals(3, {"ratio": 1.3}, {"rss_growth_pct": 10.5}, rows)
     assert [g["met"] for g in missed] == [False, False, False, False]
     unknown = soak.goals(0, {"ratio": None}, {"rss_growth_pct": None}, None)
     assert [g["met"] for g in unknown] == [True, None, None, None]
