@@ -33,6 +33,7 @@ import weakref
 
 from dr_core import progress
 from dr_core.config import EngineConfig
+from dr_core.config.runtime import ONEDNN_CACHE
 from dr_core.engines.base import (
     PROMPT_TOO_LONG,
     Completion,
@@ -107,7 +108,7 @@ class VLLMEngine(Engine):
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-        os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "64")  # bounded memory (dr_core.config.runtime)
+        os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", ONEDNN_CACHE)  # bounded memory (its comment)
         if cpu:
             # the KV cache is given in bytes (kv_cache_memory_bytes, below), so a fraction of a GiB works; vLLM-CPU
             # would let its legacy whole-GiB VLLM_CPU_KVCACHE_SPACE override that

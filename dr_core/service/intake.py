@@ -87,13 +87,13 @@ class Service:
         self._verify_groups: dict[str, str] = {}  # /verify: group key -> the group id collecting it now
         self.metrics.gauge("dr_queue_depth", self.queue_depth)
         self.metrics.gauge("dr_open_groups", self.open_groups)
-        self.metrics.gauge("dr_resident_bytes", lambda: resident_bytes() or 0)
+        self.metrics.gauge("dr_resident_bytes", resident_bytes)
         self.trimmer = Trimmer(settings.memory_trim_interval_s, log) if settings.memory_trim_interval_s else None
         if self.trimmer is not None and self.trimmer.available:
             t = self.trimmer
             self.metrics.gauge("dr_memory_trims_total", lambda: t.trims)
             self.metrics.gauge("dr_memory_trimmed_bytes_total", lambda: t.released_bytes)
-            self.metrics.gauge("dr_resident_after_trim_bytes", lambda: t.last.get("rss_after") or 0)
+            self.metrics.gauge("dr_resident_after_trim_bytes", lambda: t.last.get("rss_after", 0))
 
     # -- life cycle -------------------------------------------------------------------------------------------
     def start(self) -> None:

@@ -53,9 +53,11 @@ def test_an_interval_must_be_positive():
         Trimmer(0)
 
 
-def test_resident_bytes_reads_this_process():
-    rss = resident_bytes()
-    assert rss is None or rss > 10 * 2**20  # a Python process with pytest loaded
+def test_resident_bytes_follows_this_process():
+    before = resident_bytes()
+    block = b"\x01" * (64 << 20)  # written: resident
+    assert before > 10 * 2**20 and resident_bytes() > before + 48 * 2**20
+    del block
 
 
 FRAGMENTED = """
