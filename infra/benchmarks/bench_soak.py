@@ -9,17 +9,19 @@ each, closed loop) for ``--minutes`` (20). Each client picks, by a seeded RNG, o
 - ``get_reward``: ``POST /get_reward``, an OpenRLHF batch of 4 queries of one prompt (one group, one set);
 - ``probe``: ``GET /health`` or ``GET /metrics``;
 - ``grpo``: a GRPO-like step, a group of ``POST /v1/rewards`` as ``rewards`` does, for one of ``GRPO_PROMPTS``
-  training prompts whose responses repeat across steps as at low temperature: each step sends one of
-  ``GRPO_VARIANTS`` response sets of its prompt (the first as drawn, the others with one response swapped), so the
-  same set comes back under a new group id and its verdicts can come from the service's verdict cache;
+  training prompts whose responses repeat across steps as at low temperature: the steps cycle through
+  ``GRPO_VARIANTS`` response sets of each prompt (the first as drawn, the others with one response swapped), so
+  after one pass the same set comes back under a new group id and its verdicts come from the verdict cache;
 - ``replay``: a request answered before, sent again whole (``/v1/score-set`` or one ``/v1/rewards`` member): it
-  must get the same answer and write no new rows; counted apart. A ``/get_reward`` body sent before is also a
-  replay (its request ids come from the body), counted as one and checked against the first answer.
+  must get the same answer and write no new rows; counted apart.
 
-The sets are distinct prompt/response spreads of ``dr_core/data/anchors_alpacaeval.jsonl``
-(``serve_harness.make_sets``, as ``bench_serve.py``'s), content reused, every request id and group id new: nothing
-but the replays is replayed from the service's ledger. Clients start no new request after ``--minutes``; the
-requests in flight then finish (the "drain", outside the windows).
+The ``score-set``, ``rewards`` and ``get_reward`` sets are fresh: each is sent once (``serve_harness.fresh_sets``,
+every 4 of a prompt's 11 responses in ``dr_core/data/anchors_alpacaeval.jsonl``, shuffled by the seed), so the
+verdict cache serves the GRPO steps only and the traffic is stationary once the GRPO sets were seen (a warm-up of
+``--warmup-minutes`` covers that pass). A pool of sets that all repeat would be cached one by one and the
+latency would fall all soak long. Every request id and group id is new: nothing but the replays is replayed from
+the service's ledger. Clients start no new request after ``--minutes``; the requests in flight then finish (the
+"drain", outside the windows).
 
 Per ``--window-minutes`` window (2), by the time a request was answered: requests answered per route, sets answered
 and throughput (sets/s), p50 / p95 latency of the scoring requests (each ``/v1/rewards`` member and each batch is
@@ -78,6 +80,7 @@ from serve_harness import (  # noqa: E402
     HTTP_TIMEOUT_S,
     READY_TIMEOUT_S,
     free_port,
+    fresh_sets,
     grpo_sets,
     make_sets,
     read_metrics,
@@ -89,14 +92,12 @@ from serve_harness import (  # noqa: E402
 from soak_report import (  # noqa: E402
     ROLLOUTS,
     cache_stats,
-    compare_rows,
-    expected_rows,
+    count_rows,
     goals,
     memory_growth,
     p95_flatness,
     print_report,
     set_answer_rows,
-    store_counts,
     totals,
     window_stats,
 )
@@ -105,7 +106,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_OUTPUT = ROOT / "infra" / "benchmarks" / "results" / "bench_soak.json"
 RUN_ID = "bench-soak"
 GROUP_SIZE = 4  # responses per set, /v1/rewards group_size and dr serve --group-size
-N_SETS = 96  # distinct (prompt, 4 responses) sets to draw from
+N_SETS = 96  # the pool the GRPO sets are drawn from (serve_harness.grpo_sets)
 #: each client's pick per step (weights); replays fall back to a score-set until something was answered
 MIX = {"score-set": 0.30, "rewards": 0.20, "get_reward": 0.15, "grpo": 0.20, "probe": 0.10, "replay": 0.05}
 ERROR_BACKOFF_S = 1.0  # a client pauses after an error (a dead server is not hammered)
@@ -125,7 +126,16 @@ class Soak:
         self.replayable: list[tuple[str, dict, dict]] = []  # (route, body, answer)
         self.get_reward_sent: dict[str, dict | None] = {}  # body -> its first answer (None until answered)
         self.grpo_sets = grpo_sets(sets)
+        self.fresh = fresh_sets(GROUP_SIZE, seed, exclude=self.grpo_sets)
+        self.sent = {"fresh": 0, "grpo": 0}  # sets taken so far: the next fresh one, the GRPO cycle's position
         self.server_died: str | None = None
+
+    def next_set(self, kind: str) -> dict:
+        """The next fresh set (each once; the list wraps only past its 15,840) or the GRPO cycle's next set."""
+        pool = self.fresh if kind == "fresh" else self.grpo_sets
+        with self.lock:
+            self.sent[kind] += 1
+            return pool[(self.sent[kind] - 1) % len(pool)]
 
     def now(self) -> float:
         return time.monotonic() - self.t0
@@ -252,11 +262,11 @@ class Soak:
             while not self.done():
                 n += 1
                 op = rng.choices(ops, weights)[0]
-                s = self.sets[rng.randrange(len(self.sets))]
                 tag = f"{self.run_tag}-c{cid}-{n}"
                 recs = self.replay(http, rng) if op == "replay" else None
                 if recs is None and op == "replay":
                     op = "score-set"
+                s = self.next_set("fresh") if op in ("score-set", "rewards", "get_reward") else None
                 if op == "score-set":
                     recs = self.score_set(http, s, tag)
                 elif op == "rewards":
@@ -264,7 +274,7 @@ class Soak:
                 elif op == "get_reward":
                     recs = self.get_reward(http, s)
                 elif op == "grpo":
-                    recs = self.rewards(http, pool, self.grpo_sets[rng.randrange(len(self.grpo_sets))], f"{tag}-g")
+                    recs = self.rewards(http, pool, self.next_set("grpo"), f"{tag}-g")
                 elif op == "probe":
                     route = rng.choice(("/health", "/metrics"))
                     recs = [self.call(http, route.lstrip("/"), "GET", route)[0]]
@@ -369,20 +379,6 @@ def main(argv: list[str] | None = None) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def count_rows(soak: Soak, store: Path, exit_code) -> tuple[list[dict] | None, str | None]:
-    """The store's rows against the answers (``compare_rows``), and a note when they were not (all) counted."""
-    rows, rows_note = None, None
-    if exit_code is None or soak.server_died:
-        rows_note = soak.server_died or "the server did not stop"
-    try:
-        score_set_ids = {a["set_id"] for a in soak.answered if a["op"] == "score-set"}
-        known = {a["set_id"] for a in soak.answered if a["set_id"] is not None}
-        rows = compare_rows(expected_rows(soak.answered), store_counts(store, RUN_ID, score_set_ids), known)
-    except Exception as exc:  # noqa: BLE001 - reported, not raised: the soak's numbers stand
-        rows, rows_note = None, f"reading the store failed: {type(exc).__name__}: {exc}"
-    return rows, rows_note
-
-
 def summarize(args, env, soak: Soak, ready, ready_s, rss, soak_wall, metrics, exit_code, store, log_path) -> dict:
     duration_s, window_s, warmup_s = args.minutes * 60, args.window_minutes * 60, args.warmup_minutes * 60
     records = soak.records
@@ -391,7 +387,7 @@ def summarize(args, env, soak: Soak, ready, ready_s, rss, soak_wall, metrics, ex
     memory = memory_growth(rss, warmup_s, end_s)
     flat = p95_flatness(windows)
     errors = [r for r in records if r["error"] is not None]
-    rows, rows_note = count_rows(soak, store, exit_code)
+    rows, rows_note = count_rows(soak.answered, soak.server_died, store, RUN_ID, exit_code)
     server_side = {
         k: int(metrics[k])
         for k in ("dr_requests_total", "dr_batches_total", "dr_batch_sets_count", "dr_batch_sets_sum")
@@ -409,6 +405,7 @@ def summarize(args, env, soak: Soak, ready, ready_s, rss, soak_wall, metrics, ex
         "mix": MIX,
         "grpo_prompts": GRPO_PROMPTS,
         "grpo_variants": GRPO_VARIANTS,
+        "sets_sent": dict(soak.sent),
         "group_size": GROUP_SIZE,
         "rubric_rollouts": ROLLOUTS,
         "rss_interval_s": args.rss_interval,

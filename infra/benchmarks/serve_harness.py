@@ -3,7 +3,9 @@ process's start and stop, its ``GET /metrics`` read into numbers, and the small 
 
 from __future__ import annotations
 
+import itertools
 import json
+import random
 import re
 import signal
 import socket
@@ -27,7 +29,22 @@ def result_head(name: str, config: dict) -> dict:
     return {"benchmark": name, "command": " ".join([Path(sys.executable).name] + sys.argv), "config": config}
 
 
-GRPO_PROMPTS, GRPO_VARIANTS = 8, 3  # bench_soak's GRPO-like steps: training prompts, and response sets of each
+def fresh_sets(k: int, seed: int, exclude: list[dict] = ()) -> list[dict]:
+    """Every set of k of a prompt's responses (each prompt's k-combinations, in their order), shuffled by ``seed``:
+    48 prompts of 11 responses give 15,840, so a soak can send each once (``exclude``: sets it must not send)."""
+    rows = [json.loads(line) for line in DATA.read_text(encoding="utf-8").splitlines() if line.strip()]
+    skip = {(s["prompt"], tuple(s["responses"])) for s in exclude}
+    out = [
+        {"source_id": row["id"], "prompt": row["prompt"], "responses": [row["responses"][i] for i in idx]}
+        | {"response_indices": list(idx)}
+        for row in rows
+        for idx in itertools.combinations(range(len(row["responses"])), k)
+    ]
+    random.Random(seed).shuffle(out)
+    return [s for s in out if (s["prompt"], tuple(s["responses"])) not in skip]
+
+
+GRPO_PROMPTS, GRPO_VARIANTS = 4, 3  # bench_soak's GRPO-like steps: training prompts, response sets of each (a pass: ~5 min)
 
 
 def make_sets(n: int, k: int) -> list[dict]:

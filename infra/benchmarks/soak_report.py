@@ -347,3 +347,17 @@ def store_counts(store_dir, run_id: str, score_set_ids: set[int]) -> dict:
             got["set_ids"] = set(t.column("set_id").to_pylist())
             got["sets"] = len(got["set_ids"])
     return got
+
+
+def count_rows(answered: list[dict], server_died, store, run_id: str, exit_code) -> tuple[list | None, str | None]:
+    """The store's rows against the answers (``compare_rows``), and a note when they were not (all) counted."""
+    rows, rows_note = None, None
+    if exit_code is None or server_died:
+        rows_note = server_died or "the server did not stop"
+    try:
+        score_set_ids = {a["set_id"] for a in answered if a["op"] == "score-set"}
+        known = {a["set_id"] for a in answered if a["set_id"] is not None}
+        rows = compare_rows(expected_rows(answered), store_counts(store, run_id, score_set_ids), known)
+    except Exception as exc:  # noqa: BLE001 - reported, not raised: the soak's numbers stand
+        rows, rows_note = None, f"reading the store failed: {type(exc).__name__}: {exc}"
+    return rows, rows_note

@@ -90,6 +90,7 @@ def test_p95_flatness_leaves_out_warm_up_and_empty_windows(soak):
 
 
 def test_rows_expected_of_the_answers(soak):
+    report = sys.modules["soak_report"]  # bench_soak's reporting half, imported by it
     answer = {  # a /v1/score-set answer: rollout 0 has 2 items over 3 responses, rollout 1 no rubric
         "set_id": 7,
         "rubrics": [
@@ -103,17 +104,17 @@ def test_rows_expected_of_the_answers(soak):
         {"op": "rewards", "members": 4, "responses": 4, "set_id": 8, "answer_rows": None},
         {"op": "get_reward", "members": 4, "responses": 4, "set_id": None, "answer_rows": None},
     ]
-    exp = soak.expected_rows(answered, rollouts=1)
+    exp = report.expected_rows(answered, rollouts=1)
     assert exp["requests"] == 9 and exp["requests:rewards"] == 4 and exp["requests:get_reward"] == 4
     assert (exp["samples"], exp["scores"], exp["rewards"], exp["sets"]) == (11, 3 * 2 + 4 + 4, 2 + 1 + 1, 3)
     assert (exp["rubrics:score-set"], exp["verdicts:score-set"]) == (3, 6)
 
     stored = {**exp, "request_ids": 9, "set_ids": {7, 8, 99}}
-    rows = soak.compare_rows(exp, stored, known_set_ids={7, 8})
+    rows = report.compare_rows(exp, stored, known_set_ids={7, 8})
     assert all(r["equal"] for r in rows), rows
     assert {r["table"] for r in rows} >= {"requests", "samples", "verdicts:score-set", "request_ids", "set_ids_found"}
 
-    doubled = soak.compare_rows(exp, {**stored, "requests": 10, "set_ids": {7}}, known_set_ids={7, 8})
+    doubled = report.compare_rows(exp, {**stored, "requests": 10, "set_ids": {7}}, known_set_ids={7, 8})
     bad = {r["table"]: (r["expected"], r["stored"]) for r in doubled if not r["equal"]}
     assert bad == {"requests": (9, 10), "set_ids_found": (2, 1)}
 
@@ -155,3 +156,18 @@ def test_cache_stats_from_the_metrics(soak):
     got = soak.cache_stats({**m, "dr_stage_seconds_total:verification": 2.0})
     assert (got["hit_rate"], got["s_per_verdict_asked"], got["saved_s_estimate"]) == (0.75, 0.2, 6.0)
     assert soak.cache_stats({})["hit_rate"] is None  # the cache off: said, not a 0
+
+
+def test_fresh_sets_are_each_sent_once_and_the_grpo_steps_cycle(soak):
+    steps = soak.grpo_sets(soak.make_sets(soak.N_SETS, 4))
+    fresh = soak.fresh_sets(4, seed=0, exclude=steps)
+    keys = [(s["prompt"], tuple(s["responses"])) for s in fresh]
+    assert len(set(keys)) == len(keys) and len(keys) > 10_000  # distinct: a 60-minute soak sends under 2,000
+    assert not set(keys) & {(s["prompt"], tuple(s["responses"])) for s in steps}  # the GRPO sets repeat, these not
+    assert keys[:50] == [(s["prompt"], tuple(s["responses"])) for s in soak.fresh_sets(4, 0, steps)[:50]]
+    assert keys[:50] != [(s["prompt"], tuple(s["responses"])) for s in soak.fresh_sets(4, 1, steps)[:50]]
+    state = soak.Soak("http://127.0.0.1:1", soak.make_sets(soak.N_SETS, 4), "t", 0, 1.0, proc=None)
+    taken = [state.next_set("fresh") for _ in range(3)]
+    assert taken == state.fresh[:3]
+    cycle = [state.next_set("grpo") for _ in range(2 * len(state.grpo_sets))]
+    assert cycle == state.grpo_sets + state.grpo_sets and state.sent == {"fresh": 3, "grpo": 2 * len(steps)}
