@@ -96,6 +96,7 @@ from soak_report import (  # noqa: E402
     goals,
     memory_growth,
     p95_flatness,
+    p95_noise,
     print_report,
     set_answer_rows,
     totals,
@@ -197,6 +198,8 @@ class Soak:
             for k, resp in enumerate(s["responses"][:GROUP_SIZE])
         ]
         results = list(pool.map(lambda b: self.call(http, "rewards", "POST", "/v1/rewards", b), bodies))
+        for rec, _ in results:
+            rec["unit"] = gid  # one group: one unit of p95_noise
         ok = [(rec, ans, b) for (rec, ans), b in zip(results, bodies) if rec["error"] is None]
         if ok:
             max((rec for rec, _, _ in ok), key=lambda r: r["t_end"])["sets"] = 1  # the set, when its last answer came
@@ -425,6 +428,8 @@ def summarize(args, env, soak: Soak, ready, ready_s, rss, soak_wall, metrics, ex
         "totals": totals(records),
         "memory": memory,
         "p95_flatness": flat,
+        "p95_noise": p95_noise(records, window_s, duration_s, warmup_s),
+        "latencies": [[round(r["t_end"], 2), round(r["latency_s"], 3), r["op"]] for r in records if r["error"] is None],
         "rows": rows,
         "rows_note": rows_note,
         "goals": goals(len(errors), flat, memory, rows),

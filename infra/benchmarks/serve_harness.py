@@ -44,7 +44,7 @@ def fresh_sets(k: int, seed: int, exclude: list[dict] = ()) -> list[dict]:
     return [s for s in out if (s["prompt"], tuple(s["responses"])) not in skip]
 
 
-GRPO_PROMPTS, GRPO_VARIANTS = 4, 3  # bench_soak's GRPO-like steps: training prompts, response sets of each (a pass: ~5 min)
+GRPO_PROMPTS, GRPO_VARIANTS = 4, 3  # bench_soak's GRPO-like steps: prompts, response sets of each (one pass: ~5 min)
 
 
 def make_sets(n: int, k: int) -> list[dict]:

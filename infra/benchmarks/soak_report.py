@@ -4,7 +4,8 @@ stored ones, the goals, the totals, and the markdown report (pure: no server, no
 
 from __future__ import annotations
 
-from collections import Counter
+import random
+from collections import Counter, defaultdict
 
 from serve_harness import fmt, percentile
 
@@ -112,6 +113,45 @@ def p95_flatness(windows: list[dict]) -> dict:
         "p95_min_s": min(p95, default=None),
         "p95_max_s": max(p95, default=None),
         "ratio": _r(ratio, 3),
+    }
+
+
+def p95_noise(records: list[dict], window_s: float, duration_s: float, warmup_s: float, draws: int = 1000) -> dict:
+    """How far the windows' p95 max / min moves on chance alone: the post-warm-up scoring latencies' units (a
+    /v1/rewards group is one unit: its members' latencies are one size) dealt to the windows at random, ``draws``
+    times (seeded); with the p95 of each half of the soak after warm-up, which a drift would move apart."""
+    n = max(1, round(duration_s / window_s))
+    first = next((i for i in range(n) if i * window_s >= warmup_s), n)
+    units: dict = defaultdict(list)
+    for k, r in enumerate(records):
+        if r["error"] is None and r["op"] in SCORING and warmup_s <= r["t_end"] < duration_s:
+            units[r.get("unit", k)].append((min(int(r["t_end"] // window_s), n - 1), r["latency_s"]))
+    groups = [(lats[0][0], [x for _, x in lats]) for lats in units.values()]
+
+    def ratio(labels: list[int]) -> float | None:
+        per: dict = defaultdict(list)
+        for w, (_, lats) in zip(labels, groups):
+            per[w].extend(lats)
+        p95 = [percentile(v, 0.95) for w, v in per.items() if w >= first]
+        return max(p95) / min(p95) if len(p95) >= 2 and min(p95) > 0 else None
+
+    labels = [w for w, _ in groups]
+    rng, null = random.Random(0), []
+    for _ in range(draws if groups else 0):
+        rng.shuffle(labels)
+        null.append(ratio(labels))
+    null = sorted(x for x in null if x is not None)
+    mid = warmup_s + (duration_s - warmup_s) / 2
+    halves = [[x for w, lats in groups for x in lats if (w * window_s < mid) == h] for h in (True, False)]
+    p_first, p_second = (percentile(h, 0.95) for h in halves)
+    return {
+        "units": len(groups),
+        "draws": len(null),
+        "chance_ratio_median": _r(percentile(null, 0.5), 3),
+        "chance_ratio_p95": _r(percentile(null, 0.95), 3),
+        "p95_first_half_s": _r(p_first, 3),
+        "p95_second_half_s": _r(p_second, 3),
+        "halves_ratio": _r(p_second / p_first, 3) if p_first and p_second else None,
     }
 
 
@@ -265,6 +305,14 @@ def print_report(result: dict) -> None:
         f"p95 over {f['windows']} post-warm-up windows: {fmt(f['p95_min_s'], '.2f')}-{fmt(f['p95_max_s'], '.2f')} s, "
         f"max / min {fmt(f['ratio'], '.3f')}"
     )
+    if result.get("p95_noise"):
+        z = result["p95_noise"]
+        print(
+            f"  on chance alone ({z['units']} units dealt to the windows at random, {z['draws']} times) that ratio is "
+            f"{fmt(z['chance_ratio_median'], '.2f')} (median), {fmt(z['chance_ratio_p95'], '.2f')} (95th percentile); "
+            f"p95 of the first / second half after warm-up {fmt(z['p95_first_half_s'], '.2f')} / "
+            f"{fmt(z['p95_second_half_s'], '.2f')} s ({fmt(z['halves_ratio'], '.3f')})"
+        )
     t = result["totals"]
     print(
         f"totals: {t['sets']} sets, {t['scoring_requests']} scoring requests, {t['probes']} probes, {t['replays']} "

@@ -171,3 +171,19 @@ def test_fresh_sets_are_each_sent_once_and_the_grpo_steps_cycle(soak):
     assert taken == state.fresh[:3]
     cycle = [state.next_set("grpo") for _ in range(2 * len(state.grpo_sets))]
     assert cycle == state.grpo_sets + state.grpo_sets and state.sent == {"fresh": 3, "grpo": 2 * len(steps)}
+
+
+def test_p95_noise_deals_whole_groups_and_sees_a_drift(soak):
+    report = sys.modules["soak_report"]
+    # 6 windows of 60 s, the first warm-up, each with the same ten latencies: observed 1.0, dealt at random above
+    flat = [rec("score-set", 60 * w + 5 + i, 1.0 + i) for w in range(6) for i in range(10)]
+    z = report.p95_noise(flat, window_s=60, duration_s=360, warmup_s=60, draws=50)
+    assert z["units"] == 50 and z["draws"] == 50  # the warm-up window's ten left out
+    assert z["halves_ratio"] == 1.0 and 1.0 <= z["chance_ratio_median"] <= z["chance_ratio_p95"]
+    # a drift: the second half twice as slow; the halves say so
+    drift = [dict(r, latency_s=r["latency_s"] * (2 if r["t_end"] >= 210 else 1)) for r in flat]
+    assert report.p95_noise(drift, 60, 360, 60, draws=10)["halves_ratio"] == 2.0
+    # a /v1/rewards group is one unit: its 4 members move together
+    group = [dict(rec("rewards", 130, 3.0), unit="g1") for _ in range(4)]
+    assert report.p95_noise(flat + group, 60, 360, 60, draws=10)["units"] == 51
+    assert report.p95_noise([], 60, 360, 60)["chance_ratio_median"] is None  # nothing answered: said, not a 1
