@@ -16,12 +16,12 @@ each, closed loop) for ``--minutes`` (20). Each client picks, by a seeded RNG, o
   must get the same answer and write no new rows; counted apart.
 
 The ``score-set``, ``rewards`` and ``get_reward`` sets are fresh: each is sent once (``serve_harness.fresh_sets``,
-every 4 of a prompt's 11 responses in ``dr_core/data/anchors_alpacaeval.jsonl``, shuffled by the seed), so the
-verdict cache serves the GRPO steps only and the traffic is stationary once the GRPO sets were seen (a warm-up of
-``--warmup-minutes`` covers that pass). A pool of sets that all repeat would be cached one by one and the
-latency would fall all soak long. Every request id and group id is new: nothing but the replays is replayed from
-the service's ledger. Clients start no new request after ``--minutes``; the requests in flight then finish (the
-"drain", outside the windows).
+every 4 of a prompt's 11 responses in ``dr_core/data/anchors_alpacaeval.jsonl``, shuffled by the seed): a pool
+of sets that all repeat would be cached one by one and the latency would fall all soak long. The cache still hits
+on them where a (prompt, response, criterion) check comes back (the sets share responses), so it keeps warming
+slowly; a warm-up of ``--warmup-minutes`` covers the GRPO steps' first pass. Every request id and group id is new:
+nothing but the replays is replayed from the service's ledger. Clients start no new request after ``--minutes``;
+the requests in flight then finish (the "drain", outside the windows).
 
 Per ``--window-minutes`` window (2), by the time a request was answered: requests answered per route, sets answered
 and throughput (sets/s), p50 / p95 latency of the scoring requests (each ``/v1/rewards`` member and each batch is
@@ -36,7 +36,9 @@ and ``scores`` one per response of an answered set (per rubric rollout for ``sco
 one per rubric item (one error row for a rollout with no rubric) and ``verdicts`` one per response and item.
 
 The verdict cache over the whole soak (``dr_verdict_cache_*`` from ``/metrics``): hits, misses, hit rate, and the
-time saved estimated as hits times the verification seconds per verdict asked.
+time saved estimated as hits times the verification seconds per verdict asked. ``p95_noise``: the windows' p95
+ratio that chance alone gives, and the p95 of each half; ``latencies``: every answered request's (t_end, latency,
+op).
 
 Goals (issue 41): 0 errors, p95 flat within 20 % (max / min of the post-warm-up windows' p95 <= 1.2), RSS growth
 at most 10 % after warm-up, rows equal to answers. Each goal is printed met or MISSED; the exit code is 0 either way
@@ -118,7 +120,7 @@ class Soak:
     """The shared state of the clients: the records, what was answered (for replays and the row accounting)."""
 
     def __init__(self, base: str, sets: list[dict], run_tag: str, seed: int, duration_s: float, proc):
-        self.base, self.sets, self.run_tag, self.seed, self.proc = base, sets, run_tag, seed, proc
+        self.base, self.run_tag, self.seed, self.proc = base, run_tag, seed, proc
         self.duration_s = duration_s
         self.t0 = self.t0_wall = 0.0
         self.lock = threading.Lock()
